@@ -1,0 +1,61 @@
+"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `bench`, `demo`.
+
+Every session installs the packages from this repository into a fresh virtual
+environment, so what runs is what a user gets from pip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.default_venv_backend = "venv"
+
+#: The four distributions of the monorepo, installed together so their mutual
+#: dependencies resolve to these sources.
+PACKAGES = [
+    "./packages/core[cli,testing]",
+]
+TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
+LINT_TOOLS = ["ruff==0.17.6"]
+TYPE_TOOLS = ["mypy==2.4.1", "pytest>=8", "hypothesis>=6.100", "aiosqlite>=0.20", "rich>=13"]
+SOURCES = ["packages", "tests", "bench", "examples", "noxfile.py"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the whole test suite (every package, the contract kit on every backend)."""
+    session.install(*PACKAGES, *TEST_TOOLS)
+    session.run("pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Check style and formatting with ruff."""
+    session.install(*LINT_TOOLS)
+    session.run("ruff", "check", *SOURCES)
+    session.run("ruff", "format", "--check", *SOURCES)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """Type-check the packages' sources with mypy in strict mode."""
+    session.install(*TYPE_TOOLS)
+    session.run("mypy", "packages/core/src/sessionledger")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Run the demo: a scripted agent session written to a real store."""
+    session.install(*PACKAGES)
+    session.run("python", "examples/quickstart.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks: every figure is a ratio to a raw floor measured in the same run."""
+    session.install(*PACKAGES)
+    for script in sorted(Path("bench").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

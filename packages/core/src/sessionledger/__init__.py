@@ -1,0 +1,96 @@
+"""sessionledger: an append-only, provable event ledger for LLM agent sessions."""
+
+from sessionledger.derive import messages_at, transcript
+from sessionledger.errors import (
+    ConfigError,
+    CorruptLogError,
+    EventDataError,
+    EventEnvelopeError,
+    ForkError,
+    FormatUnsupportedError,
+    HeaderError,
+    InvariantError,
+    JsonValueError,
+    LedgerError,
+    MessageShapeError,
+    NotLiveError,
+    ReentrantAppendError,
+    SeedError,
+    SeqMismatchError,
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+    StorageRowError,
+    SurfaceError,
+)
+from sessionledger.events import (
+    APPEND,
+    SESSION_FORMAT_VERSION,
+    Replace,
+    SessionEvent,
+    SessionHeader,
+)
+from sessionledger.hookspecs import hookimpl, hookspec
+from sessionledger.ledger import Ledger
+from sessionledger.registry import EventType, EventTypeRegistry
+from sessionledger.session import Session, SessionHooks
+from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
+from sessionledger.surface import Replacement, SurfaceFold, fold_surface
+from sessionledger.vocabulary import (
+    SURFACE_TYPES,
+    Message,
+    assistant_message,
+    tool_call_block,
+    tool_result,
+    user_message,
+)
+
+__all__ = [
+    "APPEND",
+    "SESSION_FORMAT_VERSION",
+    "SURFACE_TYPES",
+    "ConfigError",
+    "CorruptLogError",
+    "EventDataError",
+    "EventEnvelopeError",
+    "EventType",
+    "EventTypeRegistry",
+    "ForkError",
+    "FormatUnsupportedError",
+    "FrozenDict",
+    "HeaderError",
+    "InvariantError",
+    "JsonValue",
+    "JsonValueError",
+    "Ledger",
+    "LedgerError",
+    "Message",
+    "MessageShapeError",
+    "NotLiveError",
+    "ReentrantAppendError",
+    "Replace",
+    "Replacement",
+    "SeedError",
+    "SeqMismatchError",
+    "Session",
+    "SessionEvent",
+    "SessionExistsError",
+    "SessionHeader",
+    "SessionHooks",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "StorageRowError",
+    "SurfaceError",
+    "SurfaceFold",
+    "assistant_message",
+    "fold_surface",
+    "hookimpl",
+    "hookspec",
+    "messages_at",
+    "snapshot",
+    "thaw",
+    "tool_call_block",
+    "tool_result",
+    "transcript",
+    "user_message",
+]

@@ -1,0 +1,217 @@
+"""Every error sessionledger raises on purpose, each with a stable ``code``.
+
+Messages are free text; the context that identifies what failed (session id, seq, rule,
+path, line, index) travels as keyword attributes and is appended to the message, so a
+log line always names the session and the seq. Context arguments are keyword-only with
+defaults so the errors survive a pickle round trip (``args`` holds only the message).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "ConfigError",
+    "CorruptLogError",
+    "EventDataError",
+    "EventEnvelopeError",
+    "ForkError",
+    "FormatUnsupportedError",
+    "HeaderError",
+    "InvariantError",
+    "JsonValueError",
+    "LedgerError",
+    "MessageShapeError",
+    "NotLiveError",
+    "ReentrantAppendError",
+    "SeedError",
+    "SeqMismatchError",
+    "SessionExistsError",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "StorageRowError",
+    "SurfaceError",
+]
+
+
+class LedgerError(Exception):
+    """Base of every sessionledger error; ``code`` is stable, the message is not."""
+
+    code: str = "LEDGER"
+    #: Context attribute names appended to the message, in this order.
+    _context: ClassVar[tuple[str, ...]] = ("session_id", "seq")
+
+    session_id: str | None
+    seq: int | None
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        code: str | None = None,
+        session_id: str | None = None,
+        seq: int | None = None,
+        **context: Any,
+    ) -> None:
+        if code is not None:
+            self.code = code
+        self.session_id = session_id
+        self.seq = seq
+        for name, value in context.items():
+            setattr(self, name, value)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        message = str(self.args[0]) if self.args else ""
+        parts = []
+        for name in self._context:
+            value = getattr(self, name, None)
+            if value is not None:
+                label = "session" if name == "session_id" else name
+                parts.append(f"{label} {value!r}" if isinstance(value, str) else f"{label} {value}")
+        return f"{message} [{', '.join(parts)}]" if parts else message
+
+
+class JsonValueError(LedgerError, TypeError):
+    """A value is not a JSON value under the rules of SPEC §1.1; ``path`` names where."""
+
+    code = "NOT_JSON"
+    path: str | None
+
+    def __init__(self, message: str = "", *, path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, path=path, **kwargs)
+
+
+class EventEnvelopeError(LedgerError):
+    """An event envelope has missing, extra or ill-typed keys."""
+
+    code = "BAD_ENVELOPE"
+
+
+class EventDataError(LedgerError):
+    """An event type's registered ``validate`` rejected the event's data.
+
+    Not in the SPEC §16 table: SPEC gives registered validators no error class of their
+    own, and data that is not a message is neither an envelope nor a message problem.
+    """
+
+    code = "BAD_DATA"
+
+
+class HeaderError(LedgerError):
+    """A session header field is invalid."""
+
+    code = "BAD_HEADER"
+
+
+class MessageShapeError(LedgerError):
+    """A message carried by a surface event breaks the shape rules of SPEC §2.3."""
+
+    code = "BAD_MESSAGE"
+
+
+class SeedError(LedgerError):
+    """A seed event failed validation; ``index`` names it, ``__cause__`` says why."""
+
+    code = "SEQ_GAP"
+    _context = ("session_id", "index")
+    index: int | None
+
+    def __init__(self, message: str = "", *, index: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, index=index, **kwargs)
+
+
+class SurfaceError(LedgerError):
+    """A surface operation or its provenance breaks the rules of SPEC §4."""
+
+    code = "BAD_SURFACE_OP"
+
+
+class ReentrantAppendError(LedgerError):
+    """``append`` was called from inside a hook of the same session."""
+
+    code = "REENTRANT"
+
+
+class InvariantError(LedgerError):
+    """A turn/step/tool invariant vetoed an append; ``rule`` names the rule."""
+
+    code = "INVARIANT"
+    _context = ("session_id", "seq", "rule")
+    rule: str | None
+
+    def __init__(self, message: str = "", *, rule: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, rule=rule, **kwargs)
+
+
+class ForkError(LedgerError):
+    """A fork request cannot be honoured; ``code`` says which rule."""
+
+    code = "INVALID_BOUNDARY"
+
+
+class SessionExistsError(LedgerError):
+    """A session with this id is already live or stored."""
+
+    code = "SESSION_ALREADY_EXISTS"
+
+
+class SessionNotFoundError(LedgerError, LookupError):
+    """No session with this id exists where it was looked for."""
+
+    code = "SESSION_NOT_FOUND"
+
+
+class NotLiveError(LedgerError):
+    """The session object is not the live one of this ledger."""
+
+    code = "NOT_LIVE"
+
+
+class SeqMismatchError(LedgerError):
+    """A batch does not continue the stored log (for example a stale writer)."""
+
+    code = "SEQ_MISMATCH"
+
+
+class CorruptLogError(LedgerError):
+    """The committed region of a stored log is damaged; nothing was modified."""
+
+    code = "CORRUPT"
+    _context = ("session_id", "seq", "path", "line")
+    path: str | None
+    line: int | None
+
+    def __init__(
+        self, message: str = "", *, path: str | None = None, line: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(message, path=path, line=line, **kwargs)
+
+
+class FormatUnsupportedError(LedgerError):
+    """A stored log or store uses a format this build does not read."""
+
+    code = "FORMAT_NEWER"
+    _context = ("session_id", "seq", "path")
+    path: str | None
+
+    def __init__(self, message: str = "", *, path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, path=path, **kwargs)
+
+
+class StorageRowError(LedgerError):
+    """A stored physical record (such as a packed chunk row) is malformed."""
+
+    code = "BAD_STORAGE_ROW"
+
+
+class SessionLockedError(LedgerError):
+    """Another writer holds this session."""
+
+    code = "LOCKED"
+
+
+class ConfigError(LedgerError):
+    """The library was configured or called in a way it cannot honour."""
+
+    code = "CONFIG"

@@ -1,0 +1,435 @@
+"""``Ledger``: the live registry of sessions and the bridge to a store (SPEC §7)."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, final
+
+from sessionledger._plugins import PluginSet, make_plugin_manager
+from sessionledger.errors import (
+    ConfigError,
+    ForkError,
+    NotLiveError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.hookspecs import hookimpl
+from sessionledger.persistence import SessionInfo, SessionPersistence
+from sessionledger.session import Clock, Session, system_clock
+from sessionledger.snapshot import is_safe_int
+from sessionledger.vocabulary import TURN_END, TURN_START
+from sessionledger.writebehind import WriteBehind
+
+__all__ = ["Ledger", "open_store"]
+
+
+def _scheme(url: str) -> str:
+    scheme, colon, _ = url.partition(":")
+    if not colon or not scheme:
+        raise ConfigError(f"store URL {url!r} has no scheme (expected e.g. 'sqlite:ledger.db')")
+    return scheme
+
+
+def _open_with(plugins: PluginSet, url: str) -> SessionPersistence:
+    if type(url) is not str:
+        raise ConfigError(f"store URL must be a string, got {type(url).__qualname__}")
+    factories = plugins.backends()
+    scheme = _scheme(url)
+    factory = factories.get(scheme)
+    if factory is None:
+        known = ", ".join(f"{name}:" for name in sorted(factories)) or "none"
+        raise ConfigError(f"no backend serves {scheme}: URLs (registered schemes: {known})")
+    return factory(url, event_types=plugins.event_types)
+
+
+def open_store(
+    url: str, *, plugins: Iterable[object] = (), load_entrypoints: bool = True
+) -> SessionPersistence:
+    """Return the backend serving *url* (``memory:``, ``jsonl:DIR``, ``sqlite:PATH``…),
+    resolved through the ``ledger_backends`` hook. Unknown scheme → ``ConfigError``.
+    """
+    return _open_with(
+        PluginSet(make_plugin_manager(plugins, load_entrypoints=load_entrypoints)), url
+    )
+
+
+class _Durability:
+    """The ledger's own plugin: committed events go to the session's write-behind."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._writers = ledger._writers
+
+    @hookimpl
+    def ledger_committed(self, session: Session, event: SessionEvent) -> None:
+        writer = self._writers.get(session)
+        if writer is not None:
+            writer.admit(event)
+
+    @hookimpl
+    def ledger_flush(self, session: Session) -> Any:
+        writer = self._writers.get(session)
+        return None if writer is None else writer.flush()
+
+
+@final
+class Ledger:
+    """Live sessions with the plugins' hooks attached, made durable through a store.
+
+    One live ``Session`` object per id. Committed events reach the store through a
+    write-behind window (default 200 ms); ``await ledger.flush(session)`` is the
+    durability checkpoint. ``Ledger()`` without persistence keeps sessions in memory.
+    Use it as an async context manager (or call ``close()``).
+    """
+
+    def __init__(
+        self,
+        persistence: SessionPersistence | None = None,
+        *,
+        plugins: Iterable[object] = (),
+        load_entrypoints: bool = True,
+        write_delay_ms: int = 200,
+        clock: Clock | None = None,
+        _url: str | None = None,
+    ) -> None:
+        if not is_safe_int(write_delay_ms) or write_delay_ms < 0:
+            raise ConfigError(
+                f"write_delay_ms must be a non-negative integer, got {write_delay_ms!r}"
+            )
+        self._writers: dict[Session, WriteBehind] = {}
+        self._live: dict[str, Session] = {}
+        extra: list[object] = []
+        if persistence is not None or _url is not None:
+            extra.append(_Durability(self))
+        self._plugins = PluginSet(
+            make_plugin_manager([*plugins, *extra], load_entrypoints=load_entrypoints)
+        )
+        if _url is not None:
+            persistence = _open_with(self._plugins, _url)
+        self._persistence = persistence
+        self._clock = clock or system_clock
+        self._delay = write_delay_ms / 1000
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        plugins: Iterable[object] = (),
+        load_entrypoints: bool = True,
+        write_delay_ms: int = 200,
+        clock: Clock | None = None,
+    ) -> Ledger:
+        """Return a ledger on the store at *url*; use ``async with`` or ``await`` it."""
+        return cls(
+            plugins=plugins,
+            load_entrypoints=load_entrypoints,
+            write_delay_ms=write_delay_ms,
+            clock=clock,
+            _url=url,
+        )
+
+    def __await__(self) -> Generator[Any, None, Ledger]:
+        return self._opened().__await__()
+
+    async def _opened(self) -> Ledger:
+        return self
+
+    async def __aenter__(self) -> Ledger:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        writers = getattr(self, "_writers", None)
+        if writers and any(writer.pending for writer in writers.values()):
+            warnings.warn(
+                "Ledger was garbage-collected with unflushed events; call close()",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def plugins(self) -> PluginSet:
+        """This ledger's plugins, with typed hook calls and the event-type registry."""
+        return self._plugins
+
+    @property
+    def persistence(self) -> SessionPersistence | None:
+        """The store this ledger writes to (None for a purely in-memory ledger)."""
+        return self._persistence
+
+    # -- live sessions ------------------------------------------------------------------
+
+    def create(
+        self,
+        id: str | None = None,
+        *,
+        cwd: str | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Create a live session. A live id raises ``SessionExistsError`` now; a stored id
+        raises it at the latest from the first flush."""
+        self._check_open()
+        if id is not None and id in self._live:
+            raise SessionExistsError("session already exists", session_id=id)
+        header = SessionHeader(
+            id=id if id is not None else str(uuid.uuid4()),
+            created_at=self._clock(),
+            cwd=cwd,
+            title=title,
+            meta=meta,  # type: ignore[arg-type]
+        )
+        session = Session.create(
+            header=header, clock=self._clock, hooks=self._plugins.session_hooks
+        )
+        self._publish(session, stored_length=None)
+        return session
+
+    def get(self, id: str) -> Session | None:
+        """Return the live session *id*, or None when it is not live."""
+        return self._live.get(id)
+
+    def live_sessions(self) -> list[Session]:
+        """Return the live sessions, oldest first."""
+        return list(self._live.values())
+
+    async def flush(self, session: Session) -> None:
+        """Make everything *session* committed so far durable; a failed write raises and
+        its events stay queued, in order, for the next flush."""
+        if self._live.get(session.id) is not session:
+            raise NotLiveError("session is not live in this ledger", session_id=session.id)
+        await self._plugins.flush(session)
+
+    async def resume(self, id: str) -> Session:
+        """Return the live session *id*, or load it cold (validate, repair durably) and
+        make it live."""
+        self._check_open()
+        live = self._live.get(id)
+        if live is not None:
+            return live
+        persistence = self._require_store(id)
+        stored, session = await persistence._load_session(
+            id, commit=True, hooks=self._plugins.session_hooks, clock=self._clock
+        )
+        live = self._live.get(id)
+        if live is not None:  # resumed concurrently while we were loading
+            return live
+        self._publish(session, stored_length=len(stored.events))
+        return session
+
+    async def inspect(self, id: str) -> Session:
+        """Return a detached session for *id*: a copy of the live one, or the stored log
+        with crash repair applied in memory only. Nothing done to it is durable."""
+        live = self._live.get(id)
+        if live is not None:
+            return Session.restore(live.header, live.events, clock=self._clock)
+        persistence = self._require_store(id)
+        _, session = await persistence._load_session(
+            id, commit=False, hooks=_detached_hooks(self), clock=self._clock
+        )
+        return session
+
+    async def fork(
+        self,
+        source: str | Session,
+        boundary: int | None = None,
+        child_id: str | None = None,
+    ) -> Session:
+        """Start a live session from the events ``0..boundary`` (inclusive; default: all)
+        of a live or stored session. The child's header names its parent."""
+        self._check_open()
+        if child_id is not None:
+            if child_id in self._live:
+                raise ForkError(
+                    "fork child already exists", code="SESSION_ALREADY_EXISTS", session_id=child_id
+                )
+            if (
+                self._persistence is not None
+                and await self._persistence._revision(child_id) is not None
+            ):
+                raise ForkError(
+                    "fork child already exists", code="SESSION_ALREADY_EXISTS", session_id=child_id
+                )
+        header, events = await self._fork_source(source)
+        if boundary is None:
+            seed: Sequence[SessionEvent] = events
+        else:
+            if not is_safe_int(boundary) or not 0 <= boundary < len(events):
+                raise ForkError(
+                    f"fork boundary {boundary!r} is not a seq of the source "
+                    f"(last seq: {len(events) - 1 if events else 'none'})",
+                    code="INVALID_BOUNDARY",
+                    session_id=header.id,
+                )
+            seed = events[: boundary + 1]
+        for event in reversed(seed):
+            if event.type == TURN_END:
+                break
+            if event.type == TURN_START:
+                raise ForkError(
+                    f"fork boundary {seed[-1].seq} ends inside open turn "
+                    f"{event.data.get('turn') if isinstance(event.data, Mapping) else '?'}",
+                    code="OPEN_TURN",
+                    session_id=header.id,
+                    seq=seed[-1].seq,
+                )
+        child_header = SessionHeader(
+            id=child_id if child_id is not None else str(uuid.uuid4()),
+            created_at=self._clock(),
+            cwd=header.cwd,
+            parent_session=header.id,
+            seed_length=len(seed),
+        )
+        child = Session.create(
+            header=child_header, seed=seed, clock=self._clock, hooks=self._plugins.session_hooks
+        )
+        self._publish(child, stored_length=None)
+        return child
+
+    async def _fork_source(
+        self, source: str | Session
+    ) -> tuple[SessionHeader, tuple[SessionEvent, ...]]:
+        if isinstance(source, Session):
+            if self._live.get(source.id) is source:
+                return source.header, source.events
+            if source.id in self._live:
+                raise ForkError(
+                    "this Session object is not the live one for its id",
+                    code="NOT_LIVE",
+                    session_id=source.id,
+                )
+            source = source.id
+        live = self._live.get(source)
+        if live is not None:
+            return live.header, live.events
+        if self._persistence is None:
+            raise ForkError("fork source not found", code="SESSION_NOT_FOUND", session_id=source)
+        try:
+            stored = await self._persistence.inspect(source)
+        except SessionNotFoundError as error:
+            raise ForkError(
+                "fork source not found", code="SESSION_NOT_FOUND", session_id=source
+            ) from error
+        return stored.header, stored.events
+
+    async def list_sessions(self) -> AsyncIterator[SessionInfo]:
+        """Yield the stored sessions (header and revision), oldest first."""
+        if self._persistence is None:
+            return
+        for info in await self._persistence.list_snapshots():
+            yield info
+
+    async def delete(self, id: str) -> None:
+        """Delete a session: drop it from the live set (unflushed events are discarded)
+        and remove it from the store."""
+        self._check_open()
+        session = self._live.pop(id, None)
+        if session is not None:
+            writer = self._writers.pop(session, None)
+            if writer is not None:
+                writer.cancel()
+            self._plugins.session_closed(session)
+        if self._persistence is None:
+            if session is None:
+                raise SessionNotFoundError("session not found", session_id=id)
+            return
+        try:
+            await self._persistence.delete(id)
+        except SessionNotFoundError:
+            if session is None:
+                raise
+
+    async def close(self) -> None:
+        """Flush every live session, then close the store. Idempotent.
+
+        If a flush fails the error is raised and the ledger stays open (its sessions and
+        their retained events included), so ``close()`` can be retried.
+        """
+        if self._closed:
+            return
+        failures: list[BaseException] = []
+        for session in list(self._live.values()):
+            try:
+                await self._plugins.flush(session)
+            except Exception as error:
+                failures.append(error)
+        if failures:
+            raise failures[0]
+        self._closed = True
+        for session in list(self._live.values()):
+            writer = self._writers.pop(session, None)
+            if writer is not None:
+                writer.cancel()
+            self._plugins.session_closed(session)
+        self._live.clear()
+        if self._persistence is not None:
+            await self._persistence.close()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this ledger is closed")
+
+    def _require_store(self, id: str) -> SessionPersistence:
+        if self._persistence is None:
+            raise SessionNotFoundError(
+                "session is not live and this ledger has no store", session_id=id
+            )
+        return self._persistence
+
+    def _publish(self, session: Session, *, stored_length: int | None) -> None:
+        """Make *session* live: announce it (a plugin may refuse it) and queue whatever of
+        its log is not stored yet (all of it, or what follows *stored_length*)."""
+        self._plugins.session_created(session)
+        self._live[session.id] = session
+        persistence = self._persistence
+        if persistence is None:
+            return
+        writer = WriteBehind(
+            _Sink(persistence, session.header, created=stored_length is not None),
+            delay=self._delay,
+            label=session.id,
+        )
+        self._writers[session] = writer
+        for event in session.events[stored_length or 0 :]:
+            writer.admit(event)
+
+
+class _Sink:
+    """Write one session's batches: register the header before the first batch."""
+
+    __slots__ = ("_created", "_header", "_persistence")
+
+    def __init__(
+        self, persistence: SessionPersistence, header: SessionHeader, *, created: bool
+    ) -> None:
+        self._persistence = persistence
+        self._header = header
+        self._created = created
+
+    async def __call__(self, batch: list[SessionEvent]) -> None:
+        if not self._created:
+            await self._persistence.create(self._header)
+            self._created = True
+        await self._persistence.append(self._header.id, batch)
+
+
+def _detached_hooks(ledger: Ledger) -> Any:
+    from sessionledger.session import SessionHooks
+
+    return SessionHooks(event_types=ledger.plugins.event_types)

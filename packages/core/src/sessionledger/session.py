@@ -1,0 +1,369 @@
+"""``Session``: one append-only log, its surface and its derived views (SPEC §3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, final
+
+from sessionledger.derive import DerivedMessages, RequestFolds, transcript
+from sessionledger.errors import (
+    EventEnvelopeError,
+    HeaderError,
+    LedgerError,
+    ReentrantAppendError,
+    SeedError,
+)
+from sessionledger.events import (
+    SessionEvent,
+    SessionHeader,
+    make_event,
+    parse_source_event_seqs,
+    parse_surface_op,
+)
+from sessionledger.registry import EventTypeRegistry
+from sessionledger.snapshot import snapshot
+from sessionledger.surface import SurfaceManager
+from sessionledger.vocabulary import SESSION_END_SEED, SURFACE_TYPES
+
+__all__ = ["Clock", "Session", "SessionHooks", "system_clock"]
+
+logger = logging.getLogger("sessionledger")
+
+#: A clock returns Unix epoch milliseconds.
+Clock = Callable[[], int]
+Validator = Callable[["Session", SessionEvent], object]
+Observer = Callable[["Session", SessionEvent], object]
+
+
+def system_clock() -> int:
+    """Return the wall clock in Unix epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+#: The core vocabulary, for sessions that no ledger configured.
+_CORE_TYPES = EventTypeRegistry.with_core()
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionHooks:
+    """What a ledger attaches to its sessions: pre-commit validators, post-commit
+    observers (each with the plugin name used when its failure is logged) and the event
+    types it knows. Built once per ledger so ``append`` calls plain functions.
+    """
+
+    validators: tuple[Validator, ...] = ()
+    observers: tuple[tuple[str, Observer], ...] = ()
+    event_types: EventTypeRegistry = dataclasses.field(default_factory=lambda: _CORE_TYPES)
+
+
+_NO_HOOKS = SessionHooks()
+
+
+@final
+class Session:
+    """An append-only session log with its surface and derived views.
+
+    Build one with ``Session.create`` (detached, or by a ``Ledger`` with hooks attached)
+    or ``Session.restore`` (from storage). ``append`` is synchronous and never blocks on
+    I/O; durability is the ledger's business.
+    """
+
+    __slots__ = (
+        "_busy",
+        "_clock",
+        "_derived",
+        "_events_view",
+        "_first_live_seq",
+        "_folds",
+        "_header",
+        "_hooks",
+        "_log",
+        "_surface",
+        "_types",
+        "__weakref__",
+    )
+
+    def __init__(self, header: SessionHeader, clock: Clock) -> None:
+        # Use create() or restore(); this only wires empty state together.
+        self._header = header
+        self._clock = clock
+        self._log: list[SessionEvent] = []
+        self._surface = SurfaceManager(self._log)
+        self._derived = DerivedMessages(self._log, self._surface)
+        self._folds = RequestFolds(self._log)
+        self._events_view: tuple[SessionEvent, ...] | None = ()
+        self._hooks = _NO_HOOKS
+        self._types = _CORE_TYPES.declarations
+        self._busy = False
+        self._first_live_seq = 0
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        id: str | None = None,
+        *,
+        header: SessionHeader | Mapping[str, Any] | None = None,
+        seed: Iterable[SessionEvent | Mapping[str, Any]] | None = None,
+        clock: Clock | None = None,
+        hooks: SessionHooks | None = None,
+    ) -> Session:
+        """Create a session, optionally from a *seed* log (events or envelope dicts).
+
+        A seed is validated event by event exactly like appends (first error wins, raised
+        as ``SeedError`` naming the index); unless it already ends with one, a
+        ``session/end-seed`` marker follows it. Seed values are copied: the caller keeps
+        its objects. ``id=None`` mints a UUID4 id.
+        """
+        clock = clock or system_clock
+        header = _make_header(id, header, clock)
+        session = cls(header, clock)
+        hooks = hooks or _NO_HOOKS
+        session._types = hooks.event_types.declarations
+        if seed is not None:
+            session._load_seed(seed, copy=True)
+        session._hooks = hooks
+        return session
+
+    @classmethod
+    def restore(
+        cls,
+        header: SessionHeader,
+        events: Iterable[SessionEvent | Mapping[str, Any]],
+        *,
+        clock: Clock | None = None,
+        hooks: SessionHooks | None = None,
+    ) -> Session:
+        """Rebuild a session from storage; the events are owned by the session from now on.
+
+        ``SessionEvent`` inputs are taken as they are (they are immutable); envelope dicts
+        are validated and frozen in one pass. The stored log is a seed: the same checks
+        run, and a ``session/end-seed`` marker follows it unless it already ends with one.
+        """
+        if type(header) is not SessionHeader:
+            raise HeaderError(f"restore needs a SessionHeader, got {type(header).__qualname__}")
+        session = cls(header, clock or system_clock)
+        hooks = hooks or _NO_HOOKS
+        session._types = hooks.event_types.declarations
+        session._load_seed(events, copy=False)
+        session._hooks = hooks
+        return session
+
+    def _load_seed(self, seed: Iterable[SessionEvent | Mapping[str, Any]], *, copy: bool) -> None:
+        log = self._log
+        surface = self._surface
+        types = self._types
+        for index, item in enumerate(seed):
+            try:
+                if type(item) is SessionEvent and not copy:
+                    event = item
+                else:
+                    envelope = item.to_json() if type(item) is SessionEvent else item
+                    event = SessionEvent.from_json(envelope)
+                declared = types.get(event.type)
+                if declared is not None and declared.validate is not None:
+                    declared.validate(event.data)
+                if event.seq != index:
+                    raise SeedError(
+                        f"seed event at index {index} has seq {event.seq}; a seed is "
+                        "contiguous from 0",
+                        code="SEQ_GAP",
+                        index=index,
+                    )
+                plan = surface.plan(event)
+            except SeedError as error:
+                error.session_id = self.id
+                raise
+            except Exception as error:
+                # Plugin validators may raise their own exception types; a seed failure is
+                # always a SeedError whose code is the cause's (BAD_DATA when it has none).
+                raise SeedError(
+                    f"seed event at index {index} is invalid: {error}",
+                    code=getattr(error, "code", "BAD_DATA"),
+                    index=index,
+                    session_id=self.id,
+                ) from error
+            log.append(event)
+            surface.apply(event, plan)
+        self._first_live_seq = len(log)
+        self._events_view = None
+        if not log or log[-1].type != SESSION_END_SEED:
+            self.append(SESSION_END_SEED, {})
+
+    # -- the append pipeline ------------------------------------------------------------
+
+    def append(
+        self,
+        type: str,
+        data: Any = None,
+        *,
+        surface_op: object = None,
+        source_event_seqs: object = None,
+        ignorable: bool = False,
+    ) -> SessionEvent:
+        """Validate, commit and publish one event; return the committed (frozen) event.
+
+        In order (SPEC §3.2): snapshot the data and surface metadata, check the message
+        shape and the type's registered ``validate``, refuse reentrant appends, build the
+        candidate (``seq`` = log length, ``time`` = clock), plan the surface change, run
+        the pre-commit validators (any exception vetoes and propagates), commit, then run
+        the post-commit observers (each failure is logged and contained). A failure at
+        any step before the commit leaves the session exactly as it was.
+        """
+        if builtin_type(type) is not str or not type:
+            raise EventEnvelopeError(
+                f"event type must be a non-empty string, got {type!r}", session_id=self.id
+            )
+        log = self._log
+        try:
+            frozen = snapshot(data, "data")
+            declared = self._types.get(type)
+            if declared is not None:
+                if declared.validate is not None:
+                    declared.validate(frozen)
+                if declared.ignorable:
+                    ignorable = True
+            if self._busy:
+                raise ReentrantAppendError(
+                    "append was called from inside a hook of the same session"
+                )
+            if surface_op is None and source_event_seqs is None and type not in SURFACE_TYPES:
+                event = make_event(
+                    type, len(log), self._clock(), frozen, None, None, ignorable is True
+                )
+                plan = None
+            else:
+                op = parse_surface_op(surface_op)
+                sources = parse_source_event_seqs(source_event_seqs)
+                event = make_event(
+                    type, len(log), self._clock(), frozen, op, sources, ignorable is True
+                )
+                plan = self._surface.plan(event)
+        except LedgerError as error:
+            if error.session_id is None:
+                error.session_id = self._header.id
+            raise
+        hooks = self._hooks
+        if hooks.validators:
+            self._busy = True
+            try:
+                for validate in hooks.validators:
+                    validate(self, event)
+            finally:
+                self._busy = False
+        log.append(event)
+        if plan is not None:
+            self._surface.apply(event, plan)
+        self._events_view = None
+        if hooks.observers:
+            self._notify(hooks.observers, event)
+        return event
+
+    def _notify(self, observers: tuple[tuple[str, Observer], ...], event: SessionEvent) -> None:
+        self._busy = True
+        try:
+            for name, observe in observers:
+                try:
+                    observe(self, event)
+                except Exception:
+                    logger.warning(
+                        "observer %s failed for session %r at seq %d; the event stays committed",
+                        name,
+                        self._header.id,
+                        event.seq,
+                        exc_info=True,
+                    )
+        finally:
+            self._busy = False
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The session id (from the header)."""
+        return self._header.id
+
+    @property
+    def header(self) -> SessionHeader:
+        """The session header (immutable)."""
+        return self._header
+
+    @property
+    def seq(self) -> int:
+        """The seq the next event will get (the log length)."""
+        return len(self._log)
+
+    @property
+    def first_live_seq(self) -> int:
+        """How many events the constructor's seed supplied (0 without a seed)."""
+        return self._first_live_seq
+
+    @property
+    def events(self) -> tuple[SessionEvent, ...]:
+        """The whole log as a tuple: the same object until the next successful append."""
+        view = self._events_view
+        if view is None:
+            view = self._events_view = tuple(self._log)
+        return view
+
+    @property
+    def surface(self) -> SurfaceManager:
+        """The model-visible nodes (``nodes``) and the ``replace_generation``."""
+        return self._surface
+
+    @property
+    def hooks(self) -> SessionHooks:
+        """The hooks this session calls (empty for a detached session)."""
+        return self._hooks
+
+    def event_at(self, seq: int) -> SessionEvent:
+        """Return the event with *seq* without copying the log."""
+        if not 0 <= seq < len(self._log):
+            raise IndexError(f"seq {seq} is not in session {self.id!r} (length {len(self._log)})")
+        return self._log[seq]
+
+    def events_from(self, seq: int) -> tuple[SessionEvent, ...]:
+        """Return the events from *seq* on (a tail, without copying the whole log)."""
+        return tuple(self._log[seq:])
+
+    def derive_messages(self) -> list[Any]:
+        """Return a fresh list of the frozen messages on the surface (the model's history)."""
+        return self._derived.messages()
+
+    def transcript(self) -> list[Any]:
+        """Return what the user saw: append-origin messages in log order, shadowed or not."""
+        return transcript(self._log)
+
+    def request_header(self) -> Any:
+        """Return the canonical request header folded from ``request/header`` events."""
+        return self._folds.header()
+
+    def request_context(self) -> Any:
+        """Return the last ``request/context`` record, or None."""
+        return self._folds.context()
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id!r} seq={len(self._log)}>"
+
+
+builtin_type = type
+
+
+def _make_header(
+    id: str | None, header: SessionHeader | Mapping[str, Any] | None, clock: Clock
+) -> SessionHeader:
+    if header is None:
+        return SessionHeader(id=id if id is not None else str(uuid.uuid4()), created_at=clock())
+    if type(header) is not SessionHeader:
+        header = SessionHeader.from_json(header)
+    if id is not None and header.id != id:
+        raise HeaderError(
+            f"session header id {header.id!r} does not match the session id {id!r}", session_id=id
+        )
+    return header
