@@ -1,0 +1,205 @@
+"""Crash repair: the events that close a turn a crash left open (SPEC §8).
+
+A crashed turn is closed, never truncated: its real events stay in the log and the
+closers below are appended after them. The function is pure and derives every seq,
+time and id from the log, so the same log always gets the same closers, and a log that
+already ends balanced gets none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from sessionledger.events import APPEND, SessionEvent
+from sessionledger.vocabulary import (
+    ASSISTANT_MESSAGE,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+)
+
+__all__ = [
+    "TOOL_NOT_STARTED",
+    "TOOL_NOT_STARTED_TEXT",
+    "TOOL_OUTCOME_UNKNOWN",
+    "TOOL_OUTCOME_UNKNOWN_TEXT",
+    "interrupted_turn_closers",
+]
+
+#: Error code of a synthetic result for a call the harness never recorded as started.
+TOOL_NOT_STARTED: Final = "TOOL_NOT_STARTED"
+#: Error code of a synthetic result for a call recorded as started but never answered.
+TOOL_OUTCOME_UNKNOWN: Final = "TOOL_OUTCOME_UNKNOWN"
+
+#: What the model reads for a requested call that never ran (no durable ``tool/call``).
+TOOL_NOT_STARTED_TEXT: Final = (
+    "The session was interrupted before this tool call started, so the tool never ran "
+    "and changed nothing. Call it again if you still need its result."
+)
+
+#: What the model reads for a call that was recorded as started but has no result.
+TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
+    "The session was interrupted while this tool call was running, and no result was "
+    "saved. The tool may or may not have run, so its effects are unknown. "
+    "Retry only if the operation is read-only or idempotent. "
+    "If it may have side effects, first verify the external state or ask the user. "
+    "Do not retry it blindly."
+)
+
+_NOT_STARTED_ERROR: Final = {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
+_OUTCOME_UNKNOWN_ERROR: Final = {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+
+
+def _fields(event: SessionEvent | Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """Return ``(type, seq, time, data)`` of an event or of its JSON envelope."""
+    if isinstance(event, Mapping):
+        return event["type"], event["seq"], event["time"], event["data"]
+    return event.type, event.seq, event.time, event.data
+
+
+def _get(value: Any, key: str) -> Any:
+    # Repair reads logs that have already been validated, but it must not crash on a
+    # payload a plugin shaped differently: a missing field reads as None.
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
+def _call_id(value: Any) -> str:
+    # Call ids are non-empty strings (tool-result shapes are checked on append), so a
+    # non-string reads as "" and matches no pending call.
+    return value if type(value) is str else ""
+
+
+class _Pending:
+    """A model-requested call still waiting for its result."""
+
+    __slots__ = ("call_seq", "step")
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+        self.call_seq: int | None = None
+
+
+def interrupted_turn_closers(
+    events: Iterable[SessionEvent | Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Return the envelopes that close the log's open turn, or ``[]`` when none is open.
+
+    *events* are ``SessionEvent``s or envelope dicts (``to_json()`` form). The closers are
+    plain envelope dicts in ``to_json()`` key order, with seqs continuing the log and the
+    last event's time: one ``tool/result`` per model-requested call of the open step that
+    has no result yet (``TOOL_NOT_STARTED`` when no ``tool/call`` was recorded for it,
+    ``TOOL_OUTCOME_UNKNOWN`` citing the ``tool/call`` seq when one was), then ``step/end``
+    if a step is open, then ``turn/end`` with reason ``interrupted``. A synthetic result
+    names the open turn and the step of the assistant message that requested the call.
+
+    Pure and idempotent: ``interrupted_turn_closers(log + closers) == []``, also after a
+    ``session/end-seed`` is added behind them (the scan ignores it).
+    """
+    turn_open = False
+    turn: Any = None
+    step_open = False
+    step: Any = None
+    # Insertion order is the order of the tool-call blocks in the transcript; a block id
+    # requested again keeps its position and forgets any recorded start.
+    pending: dict[str, _Pending] = {}
+    last_seq: Any = None
+    last_time: Any = None
+    for event in events:
+        kind, last_seq, last_time, data = _fields(event)
+        if kind == TURN_START:
+            turn_open, turn = True, _get(data, "turn")
+            step_open, step = False, None
+            pending.clear()
+        elif kind == TURN_END:
+            turn_open, turn = False, None
+            step_open, step = False, None
+            pending.clear()
+        elif kind == STEP_START:
+            step_open, step = True, _get(data, "step")
+        elif kind == STEP_END:
+            step_open, step = False, None
+            pending.clear()
+        elif kind == ASSISTANT_MESSAGE:
+            content = _get(_get(data, "message"), "content")
+            for block in content if isinstance(content, tuple | list) else ():
+                call_id = _get(block, "id")
+                if _get(block, "type") == "tool-call" and type(call_id) is str and call_id:
+                    pending[call_id] = _Pending(_get(data, "step"))
+        elif kind == TOOL_CALL:
+            # Only a call the model requested counts as started; a tool/call seen before
+            # (or without) the assistant message naming it is not a pending call.
+            entry = pending.get(_call_id(_get(data, "callId")))
+            if entry is not None:
+                entry.call_seq = last_seq
+        elif kind == TOOL_RESULT:
+            pending.pop(_call_id(_get(_get(_get(data, "message"), "source"), "callId")), None)
+    if not turn_open:
+        return []
+    closers: list[dict[str, Any]] = []
+    seq = last_seq + 1
+    for call_id, entry in pending.items():
+        closers.append(_synthetic_result(call_id, entry, turn, seq, last_time))
+        seq += 1
+    if step_open:
+        closers.append(
+            {"type": STEP_END, "seq": seq, "time": last_time, "data": {"turn": turn, "step": step}}
+        )
+        seq += 1
+    closers.append(
+        {
+            "type": TURN_END,
+            "seq": seq,
+            "time": last_time,
+            "data": {"turn": turn, "reason": {"kind": "interrupted"}},
+        }
+    )
+    return closers
+
+
+def _synthetic_result(
+    call_id: str, entry: _Pending, turn: Any, seq: int, time: Any
+) -> dict[str, Any]:
+    """Build the ``tool/result`` envelope that answers an interrupted call (SPEC §8 item 1)."""
+    started = entry.call_seq is not None
+    message = {
+        "id": f"interrupted-tool-result-{call_id}-{seq}",
+        "role": "user",
+        "content": [
+            {
+                "type": "tool-result",
+                "toolCallId": call_id,
+                "content": [
+                    {
+                        "type": "text",
+                        "text": TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT,
+                    }
+                ],
+                "isError": True,
+            }
+        ],
+        "source": {"kind": "tool", "callId": call_id},
+    }
+    # The result carries the step whose assistant message requested the call: pending
+    # calls never outlive their step (step/end clears them), so this is the open step in
+    # any well-formed log, and the requesting step is still right in a malformed one.
+    data = {
+        "turn": turn,
+        "step": entry.step,
+        "message": message,
+        "error": dict(_OUTCOME_UNKNOWN_ERROR if started else _NOT_STARTED_ERROR),
+    }
+    envelope: dict[str, Any] = {
+        "type": TOOL_RESULT,
+        "seq": seq,
+        "time": time,
+        "data": data,
+        "surfaceOp": APPEND,
+    }
+    if started:
+        # Provenance: the synthetic answer cites the durable record of the call's start.
+        envelope["sourceEventSeqs"] = [entry.call_seq]
+    return envelope
