@@ -1,0 +1,1 @@
+"""Test support for sessionledger: reusable hypothesis strategies and the contract test kit."""
