@@ -31,7 +31,7 @@ from sessionledger.events import (
     SessionHeader,
 )
 from sessionledger.hookspecs import hookimpl, hookspec
-from sessionledger.ledger import Ledger
+from sessionledger.ledger import Ledger, open_store
 from sessionledger.registry import EventType, EventTypeRegistry
 from sessionledger.session import Session, SessionHooks
 from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
@@ -87,6 +87,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "messages_at",
+    "open_store",
     "snapshot",
     "thaw",
     "tool_call_block",

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import logging
 import os
+import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -72,12 +73,12 @@ def make_plugin_manager(
         if autoload_enabled(load_entrypoints):
             pm.load_setuptools_entrypoints(PROJECT_NAME)
         for plugin in plugins:
-            pm.register(plugin)
+            pm.register(plugin, name=_readable_name(pm, plugin))
         registered = tuple(pm.get_plugins())
         for impl in _impls(pm, "ledger_plugins"):
             extra = _call(impl, plugins=registered)
             for plugin in extra or ():
-                pm.register(plugin)
+                pm.register(plugin, name=_readable_name(pm, plugin))
         pm.check_pending()
     except pluggy.PluginValidationError as error:
         raise ConfigError(f"invalid sessionledger plugin: {error}") from error
@@ -90,6 +91,20 @@ def make_plugin_manager(
                     f"plugin {impl.plugin_name!r}: {name} does not support wrapper implementations"
                 )
     return pm
+
+
+def _readable_name(pm: pluggy.PluginManager, plugin: object) -> str:
+    """Name a plugin after its module or class (pluggy would use ``id()``), so logs and
+    errors name something a reader can find; a second instance gets ``#2``."""
+    if isinstance(plugin, types.ModuleType):
+        base = plugin.__name__
+    else:
+        base = f"{type(plugin).__module__}.{type(plugin).__qualname__}"
+    name, count = base, 1
+    while pm.has_plugin(name):
+        count += 1
+        name = f"{base}#{count}"
+    return name
 
 
 def _impls(pm: pluggy.PluginManager, hook_name: str) -> list[pluggy.HookImpl]:

@@ -119,9 +119,11 @@ def canonical_request_header(header: Any) -> FrozenDict:
     tools = header.get("tools")
     if type(tools) is tuple and tools:
         out["tools"] = tools
-    for key, value in header.items():
-        if key not in {"config", "adapterDefaults", "system", "tools"}:
-            out[key] = value
+    out.update(
+        (key, value)
+        for key, value in header.items()
+        if key not in {"config", "adapterDefaults", "system", "tools"}
+    )
     return FrozenDict(out)
 
 

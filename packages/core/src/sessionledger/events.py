@@ -8,7 +8,8 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal, TypeAlias, final
 
 from sessionledger.errors import EventEnvelopeError, HeaderError, JsonValueError, SurfaceError
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, _bad_string, snapshot
+from sessionledger.vocabulary import RESERVED_TYPES
 
 __all__ = [
     "APPEND",
@@ -34,11 +35,11 @@ _REQUIRED_KEYS = ("type", "seq", "time", "data")
 
 
 def _is_seq(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
 def _is_time(value: object) -> bool:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
 @final
@@ -77,8 +78,8 @@ def parse_surface_op(value: object) -> SurfaceOp | None:
     elif type(value) is Replace:
         return value
     elif type(value) is dict or type(value) is FrozenDict:
-        if value.keys() == {"op", "start", "end"} and value["op"] == "replace":  # type: ignore[attr-defined,index]
-            start, end = value["start"], value["end"]  # type: ignore[index]
+        if value.keys() == {"op", "start", "end"} and value["op"] == "replace":
+            start, end = value["start"], value["end"]
             if _is_seq(start) and _is_seq(end):
                 return Replace(start, end)
         raise SurfaceError(f"invalid replace surface op {value!r}", code="BAD_SURFACE_OP")
@@ -94,7 +95,7 @@ def parse_source_event_seqs(value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
     if type(value) is tuple or type(value) is list:
-        seqs = tuple(value)  # type: ignore[arg-type]
+        seqs = tuple(value)
         for item in seqs:
             if not _is_seq(item):
                 raise SurfaceError(
@@ -138,11 +139,11 @@ class _EventFields:
         self.surface_op = surface_op
         self.source_event_seqs = source_event_seqs
         self.ignorable = ignorable
-        self.__class__ = SessionEvent
+        self.__class__ = SessionEvent  # noqa: PLE0237 - layouts are identical
 
 
 @final
-class SessionEvent(_EventFields):  # noqa: PLW1641 - __hash__ is None on purpose
+class SessionEvent(_EventFields):
     """One immutable fact in a session log.
 
     Users get events from ``Session.append``, ``from_json``, seeds and storage; the
@@ -226,7 +227,7 @@ class SessionEvent(_EventFields):  # noqa: PLW1641 - __hash__ is None on purpose
         }
         op = self.surface_op
         if op is not None:
-            out["surfaceOp"] = APPEND if op == APPEND else op.to_json()  # type: ignore[union-attr]
+            out["surfaceOp"] = APPEND if op == APPEND else op.to_json()
         if self.source_event_seqs is not None:
             out["sourceEventSeqs"] = self.source_event_seqs
         if self.ignorable:
@@ -245,7 +246,7 @@ class SessionEvent(_EventFields):  # noqa: PLW1641 - __hash__ is None on purpose
             raise EventEnvelopeError(
                 f"event envelope must be a JSON object, got {type(obj).__qualname__}"
             )
-        envelope: Mapping[str, Any] = obj  # type: ignore[assignment]
+        envelope: Mapping[str, Any] = obj
         if not envelope.keys() <= _ENVELOPE_KEYS:
             extra = sorted(str(k) for k in envelope.keys() - _ENVELOPE_KEYS)
             raise EventEnvelopeError(f"event envelope has unknown keys {extra}")
@@ -254,8 +255,10 @@ class SessionEvent(_EventFields):  # noqa: PLW1641 - __hash__ is None on purpose
                 raise EventEnvelopeError(f"event envelope lacks {key!r}")
         type_ = envelope["type"]
         seq = envelope["seq"]
-        if type(type_) is not str or not type_:
-            raise EventEnvelopeError(f"event type must be a non-empty string, got {type_!r}")
+        if type(type_) is not str or not type_ or type_ in RESERVED_TYPES:
+            raise EventEnvelopeError(
+                f"event type must be a non-empty string that is not a storage tag, got {type_!r}"
+            )
         if not _is_seq(seq):
             raise EventEnvelopeError(f"event seq must be a non-negative integer, got {seq!r}")
         time = envelope["time"]
@@ -328,6 +331,10 @@ class SessionHeader:
             raise bad(f"version must be {SESSION_FORMAT_VERSION}, got {self.version!r}")
         if type(self.id) is not str or not self.id:
             raise bad(f"id must be a non-empty string, got {self.id!r}")
+        for name in ("id", "cwd", "parent_session", "title"):
+            text = getattr(self, name)
+            if type(text) is str and not text.isascii() and _bad_string(text):
+                raise bad(f"{name} contains a lone surrogate, which no JSON file can hold")
         if not _is_seq(self.created_at):
             raise bad(f"createdAt must be a non-negative integer, got {self.created_at!r}")
         if self.cwd is not None and (type(self.cwd) is not str or not _is_absolute(self.cwd)):

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import orjson
 
+from sessionledger import jsoncodec
 from sessionledger.snapshot import thaw
 
 __all__ = ["TEXT_JOINER", "AnthropicRequest", "to_anthropic_messages", "to_openai_messages"]
@@ -100,7 +101,7 @@ def _arguments_text(arguments: Any) -> str:
     """Return tool-call arguments as JSON text (SPEC keeps them as the model's raw text)."""
     if type(arguments) is str:
         return arguments
-    return orjson.dumps(arguments).decode()
+    return jsoncodec.dumps(arguments).decode()
 
 
 # --- OpenAI chat completions ----------------------------------------------------------------

@@ -438,7 +438,9 @@ class SessionPersistence(ABC):
             decoded = _decode(record)
             if issue is not None:
                 # Damage followed by a complete turn is inside the committed region.
-                if not isinstance(decoded, str) and any(event.type == TURN_END for event in decoded):
+                if not isinstance(decoded, str) and any(
+                    event.type == TURN_END for event in decoded
+                ):
                     bad, reason = issue
                     raise CorruptLogError(
                         f"committed region is damaged at {bad.label}: {reason}",

@@ -11,6 +11,7 @@ from typing import Any, final
 
 from sessionledger.derive import DerivedMessages, RequestFolds, transcript
 from sessionledger.errors import (
+    ConfigError,
     EventEnvelopeError,
     HeaderError,
     LedgerError,
@@ -25,9 +26,9 @@ from sessionledger.events import (
     parse_surface_op,
 )
 from sessionledger.registry import EventTypeRegistry
-from sessionledger.snapshot import snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, _bad_string, snapshot
 from sessionledger.surface import SurfaceManager
-from sessionledger.vocabulary import SESSION_END_SEED, SURFACE_TYPES
+from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
 
 __all__ = ["Clock", "Session", "SessionHooks", "system_clock"]
 
@@ -121,7 +122,7 @@ class Session:
         ``session/end-seed`` marker follows it. Seed values are copied: the caller keeps
         its objects. ``id=None`` mints a UUID4 id.
         """
-        clock = clock or system_clock
+        clock = _checked(clock)
         header = _make_header(id, header, clock)
         session = cls(header, clock)
         hooks = hooks or _NO_HOOKS
@@ -148,7 +149,7 @@ class Session:
         """
         if type(header) is not SessionHeader:
             raise HeaderError(f"restore needs a SessionHeader, got {type(header).__qualname__}")
-        session = cls(header, clock or system_clock)
+        session = cls(header, _checked(clock))
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
         session._load_seed(events, copy=False)
@@ -216,9 +217,17 @@ class Session:
         the post-commit observers (each failure is logged and contained). A failure at
         any step before the commit leaves the session exactly as it was.
         """
-        if builtin_type(type) is not str or not type:
+        if (
+            builtin_type(type) is not str
+            or not type
+            or (not type.isascii() and _bad_string(type))
+            or (ignorable is not False and ignorable is not True)
+            or type in RESERVED_TYPES
+        ):
             raise EventEnvelopeError(
-                f"event type must be a non-empty string, got {type!r}", session_id=self.id
+                f"event type must be a non-empty string that is not a storage tag, and "
+                f"ignorable a bool; got {type!r} and {ignorable!r}",
+                session_id=self.id,
             )
         log = self._log
         try:
@@ -234,16 +243,12 @@ class Session:
                     "append was called from inside a hook of the same session"
                 )
             if surface_op is None and source_event_seqs is None and type not in SURFACE_TYPES:
-                event = make_event(
-                    type, len(log), self._clock(), frozen, None, None, ignorable is True
-                )
+                event = make_event(type, len(log), self._clock(), frozen, None, None, ignorable)
                 plan = None
             else:
                 op = parse_surface_op(surface_op)
                 sources = parse_source_event_seqs(source_event_seqs)
-                event = make_event(
-                    type, len(log), self._clock(), frozen, op, sources, ignorable is True
-                )
+                event = make_event(type, len(log), self._clock(), frozen, op, sources, ignorable)
                 plan = self._surface.plan(event)
         except LedgerError as error:
             if error.session_id is None:
@@ -324,12 +329,14 @@ class Session:
 
     def event_at(self, seq: int) -> SessionEvent:
         """Return the event with *seq* without copying the log."""
-        if not 0 <= seq < len(self._log):
-            raise IndexError(f"seq {seq} is not in session {self.id!r} (length {len(self._log)})")
+        if builtin_type(seq) is not int or not 0 <= seq < len(self._log):
+            raise IndexError(f"seq {seq!r} is not in session {self.id!r} (length {len(self._log)})")
         return self._log[seq]
 
     def events_from(self, seq: int) -> tuple[SessionEvent, ...]:
         """Return the events from *seq* on (a tail, without copying the whole log)."""
+        if builtin_type(seq) is not int or seq < 0:
+            raise IndexError(f"seq {seq!r} is not a seq of session {self.id!r}")
         return tuple(self._log[seq:])
 
     def derive_messages(self) -> list[Any]:
@@ -353,6 +360,21 @@ class Session:
 
 
 builtin_type = type
+
+
+def _checked(clock: Clock | None) -> Clock:
+    """Return the system clock, or *clock* wrapped so a bad reading fails the append
+    instead of committing an event no reader could load back."""
+    if clock is None or clock is system_clock:
+        return system_clock
+
+    def checked() -> int:
+        now = clock()
+        if builtin_type(now) is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
+            raise ConfigError(f"the session clock returned {now!r}; it must return integer ms")
+        return now
+
+    return checked
 
 
 def _make_header(

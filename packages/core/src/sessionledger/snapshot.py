@@ -25,7 +25,7 @@ __all__ = [
 MAX_SAFE_INTEGER = 2**53 - 1
 
 JsonValue: TypeAlias = Union[
-    None, bool, int, float, str, "FrozenDict", tuple["JsonValue", ...], dict[str, Any], list[Any]
+    bool, int, float, str, "FrozenDict", tuple["JsonValue", ...], dict[str, Any], list[Any], None
 ]
 
 
@@ -64,7 +64,7 @@ class FrozenDict(dict[str, Any]):
 
 def is_safe_int(value: object) -> bool:
     """Tell whether *value* is an ``int`` (never a ``bool``) within ±(2**53 - 1)."""
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
 _INF = float("inf")
@@ -102,7 +102,7 @@ def _bad_string(text: str) -> str | None:
 
 def _describe_key(key: object) -> str:
     if type(key) is str:
-        return _bad_string(key) or ""  # type: ignore[arg-type]
+        return _bad_string(key) or ""
     return f"key {key!r} of type {type(key).__qualname__} is not a string"
 
 
@@ -264,9 +264,9 @@ def _snapshot_container(root: Any, root_path: str) -> Any:
                     descended = True
                     break
                 else:
-                    reason = _bad_scalar(item)
-                    if reason is not None:
-                        _fail(frames, key, reason, root_path)
+                    problem = _bad_scalar(item)
+                    if problem is not None:
+                        _fail(frames, key, problem, root_path)
                 values.append(item)
         else:
             for item in iterator:
@@ -291,15 +291,15 @@ def _snapshot_container(root: Any, root_path: str) -> Any:
                 elif kind is float_t and -inf < item < inf and item != 0.0:
                     pass
                 else:
-                    reason = _bad_scalar(item)
-                    if reason is not None:
-                        _fail(frames, len(values), reason, root_path)
+                    problem = _bad_scalar(item)
+                    if problem is not None:
+                        _fail(frames, len(values), problem, root_path)
                 values.append(item)
         if descended:
             continue
         frames.pop()
         on_path.discard(frame[5])
-        built = frozen_t(zip(keys, values)) if is_mapping else tuple_t(values)
+        built = frozen_t(zip(keys, values, strict=True)) if is_mapping else tuple_t(values)
         if frames:
             frames[-1][3].append(built)
         else:

@@ -15,6 +15,7 @@ __all__ = [
     "CORE_EVENT_TYPES",
     "REQUEST_CONTEXT",
     "REQUEST_HEADER",
+    "RESERVED_TYPES",
     "SESSION_END_SEED",
     "STEP_END",
     "STEP_START",
@@ -60,6 +61,12 @@ SESSION_END_SEED: Final = "session/end-seed"
 
 #: The only types that may carry a surface op: exactly these reach the model (SPEC §2.3).
 SURFACE_TYPES: Final = frozenset((USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT))
+
+#: Names no event may carry: the storage tags of packed chunk rows (SPEC §9) and of the
+#: JSONL header line. An event with one of them could not be stored unambiguously.
+RESERVED_TYPES: Final = frozenset(
+    ("text-chunks", "reasoning-chunks", "tool-call-chunks", "session")
+)
 
 #: Every type the core registers, in a readable order.
 CORE_EVENT_TYPES: Final = (

@@ -1,0 +1,206 @@
+"""The public surface of ``sessionledger``: exports and the error table (SPEC §16)."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from collections.abc import Iterator
+
+import pytest
+
+import sessionledger
+from sessionledger import JsonValueError, LedgerError
+
+#: SPEC §16 (plus the codes §3.4, §4.1 and §2.2 give the multi-code classes).
+SPEC_CODES: dict[str, set[str]] = {
+    "JsonValueError": {"NOT_JSON"},
+    "EventEnvelopeError": {"BAD_ENVELOPE"},
+    "HeaderError": {"BAD_HEADER"},
+    "MessageShapeError": {"BAD_MESSAGE"},
+    "SeedError": {"SEQ_GAP"},
+    "SurfaceError": {
+        "MISSING_SURFACE_OP",
+        "NOT_SURFACE_TYPE",
+        "BAD_SURFACE_OP",
+        "REPLACE_START_NOT_FOUND",
+        "REPLACE_END_NOT_FOUND",
+        "REPLACE_REVERSED",
+        "BAD_SOURCES",
+        "SOURCES_NOT_EARLIER",
+        "SOURCES_DUPLICATE",
+        "SOURCES_EMPTY",
+        "REPLACE_NOT_COVERED",
+        "TOOL_RESULT_REWRITE",
+    },
+    "ReentrantAppendError": {"REENTRANT"},
+    "InvariantError": {"INVARIANT"},
+    "ForkError": {"SESSION_NOT_FOUND", "SESSION_ALREADY_EXISTS", "INVALID_BOUNDARY", "OPEN_TURN"},
+    "SessionExistsError": {"SESSION_ALREADY_EXISTS"},
+    "SessionNotFoundError": {"SESSION_NOT_FOUND"},
+    "NotLiveError": {"NOT_LIVE"},
+    "SeqMismatchError": {"SEQ_MISMATCH"},
+    "CorruptLogError": {"CORRUPT"},
+    "FormatUnsupportedError": {
+        "FORMAT_NEWER",
+        "FORMAT_OLDER",
+        "UNKNOWN_EVENT_TYPE",
+        "FOREIGN_STORE",
+    },
+    "StorageRowError": {"BAD_STORAGE_ROW"},
+    "SessionLockedError": {"LOCKED"},
+    "ConfigError": {"CONFIG"},
+}
+
+#: Error classes the project adds beyond the SPEC table (each documented where defined).
+EXTRA_CODES: dict[str, set[str]] = {"EventDataError": {"BAD_DATA"}}
+
+#: Names SPEC says a user imports from ``sessionledger`` itself.
+SPEC_NAMES = [
+    "APPEND",
+    "SESSION_FORMAT_VERSION",
+    "EventType",
+    "FrozenDict",
+    "Ledger",
+    "Replace",
+    "Replacement",
+    "Session",
+    "SessionEvent",
+    "SessionHeader",
+    "SurfaceFold",
+    "assistant_message",
+    "fold_surface",
+    "hookimpl",
+    "messages_at",
+    "snapshot",
+    "thaw",
+    "tool_call_block",
+    "tool_result",
+    "user_message",
+    *SPEC_CODES,
+    "LedgerError",
+]
+
+
+def subclasses(cls: type) -> Iterator[type]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+
+def library_errors() -> list[type[LedgerError]]:
+    return sorted(
+        {c for c in subclasses(LedgerError) if c.__module__.startswith("sessionledger")},
+        key=lambda c: c.__name__,
+    )
+
+
+def test_every_name_in_all_is_importable() -> None:
+    module = importlib.import_module("sessionledger")
+    for name in sessionledger.__all__:
+        assert getattr(module, name, None) is not None, name
+    namespace: dict[str, object] = {}
+    exec("from sessionledger import *", namespace)
+    assert set(sessionledger.__all__) <= set(namespace)
+
+
+def test_all_has_no_duplicates() -> None:
+    assert len(sessionledger.__all__) == len(set(sessionledger.__all__))
+
+
+def test_all_is_sorted() -> None:
+    # The isort-style order ruff's RUF022 applies: CONSTANTS, then Classes, then functions.
+    def key(name: str) -> tuple[int, str]:
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert sessionledger.__all__ == sorted(sessionledger.__all__, key=key)
+
+
+@pytest.mark.parametrize("name", SPEC_NAMES)
+def test_spec_names_are_exported(name: str) -> None:
+    assert name in sessionledger.__all__
+
+
+def test_open_store_is_exported() -> None:
+    assert "open_store" in sessionledger.__all__
+
+
+def test_every_ledger_error_is_exported_with_its_spec_code() -> None:
+    found = library_errors()
+    assert {c.__name__ for c in found} == set(SPEC_CODES) | set(EXTRA_CODES)
+    for cls in found:
+        assert cls.__name__ in sessionledger.__all__
+        assert getattr(sessionledger, cls.__name__) is cls
+        codes = SPEC_CODES.get(cls.__name__) or EXTRA_CODES[cls.__name__]
+        assert cls.code in codes, (cls.__name__, cls.code)
+        assert cls("message").code == cls.code
+
+
+def test_spec_single_code_classes_have_exactly_that_code() -> None:
+    for name, codes in SPEC_CODES.items():
+        if len(codes) == 1:
+            assert getattr(sessionledger, name).code == next(iter(codes))
+
+
+def test_ledger_error_base_is_exported() -> None:
+    assert "LedgerError" in sessionledger.__all__
+    assert issubclass(sessionledger.LedgerError, Exception)
+
+
+def test_json_value_error_is_a_type_error() -> None:
+    assert issubclass(JsonValueError, TypeError)
+    assert issubclass(JsonValueError, LedgerError)
+    with pytest.raises(TypeError):
+        sessionledger.snapshot({1, 2})
+
+
+def test_session_not_found_is_a_lookup_error() -> None:
+    assert issubclass(sessionledger.SessionNotFoundError, LookupError)
+
+
+@pytest.mark.parametrize("cls", library_errors(), ids=lambda c: c.__name__)
+def test_errors_pickle_round_trip_keeps_code_and_context(cls: type[LedgerError]) -> None:
+    codes = SPEC_CODES.get(cls.__name__) or EXTRA_CODES[cls.__name__]
+    code = sorted(codes)[-1]
+    context = {"path": "data.x", "line": 7, "index": 3, "rule": "turn-open"}
+    error = cls("something failed", code=code, session_id="s-1", seq=12, **context)
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is cls
+    assert back.code == code
+    assert back.session_id == "s-1"
+    assert back.seq == 12
+    for name, value in context.items():
+        assert getattr(back, name) == value
+    assert str(back) == str(error)
+    assert back.args == error.args
+
+
+@pytest.mark.parametrize("cls", library_errors(), ids=lambda c: c.__name__)
+def test_errors_pickle_round_trip_with_defaults(cls: type[LedgerError]) -> None:
+    back = pickle.loads(pickle.dumps(cls("plain")))
+    assert back.code == cls.code
+    assert back.session_id is None
+    assert str(back) == "plain"
+
+
+def test_error_message_names_session_and_seq() -> None:
+    error = sessionledger.SurfaceError("bad op", code="BAD_SURFACE_OP", session_id="abc", seq=4)
+    assert "abc" in str(error)
+    assert "4" in str(error)
+    assert error.code == "BAD_SURFACE_OP"
+    assert sessionledger.SurfaceError.code == "BAD_SURFACE_OP"
+
+
+def test_per_instance_code_does_not_change_the_class_code() -> None:
+    sessionledger.ForkError("x", code="OPEN_TURN")
+    assert sessionledger.ForkError.code == "INVALID_BOUNDARY"
+
+
+def test_hookimpl_marks_for_the_sessionledger_project() -> None:
+    assert sessionledger.hookimpl.project_name == "sessionledger"
+    assert sessionledger.hookspec.project_name == "sessionledger"
+
+
+def test_package_is_typed() -> None:
+    from importlib.resources import files
+
+    assert files("sessionledger").joinpath("py.typed").is_file()
