@@ -17,6 +17,9 @@ nox.options.default_venv_backend = "venv"
 #: dependencies resolve to these sources.
 PACKAGES = [
     "./packages/core[cli,testing]",
+    "./packages/persistence-jsonl",
+    "./packages/persistence-sqlite",
+    "./packages/invariants",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
 LINT_TOOLS = ["ruff==0.17.6"]
@@ -48,9 +51,10 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """Run the demo: a scripted agent session written to a real store."""
+    """Run the demo: a scripted two-turn agent session with a real crash, written to the
+    default store (pass e.g. ``-- --store jsonl:./sessions`` to choose another)."""
     session.install(*PACKAGES)
-    session.run("python", "examples/quickstart.py", *session.posargs)
+    session.run("sessionledger", "demo", *session.posargs)
 
 
 @nox.session

@@ -24,6 +24,7 @@ __all__ = [
     "json_texts",
     "json_values",
     "session_logs",
+    "surface_logs",
 ]
 
 #: How ``chunk_event_batches`` delivers items: envelope dicts, ``SessionEvent``s, or both.
