@@ -45,8 +45,9 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """Type-check the packages' sources with mypy in strict mode."""
-    session.install(*TYPE_TOOLS)
-    session.run("mypy", "packages/core/src/sessionledger")
+    session.install(*PACKAGES, *TYPE_TOOLS)
+    sources = sorted(str(init.parent) for init in Path("packages").glob("*/src/*/__init__.py"))
+    session.run("mypy", *sources)
 
 
 @nox.session
