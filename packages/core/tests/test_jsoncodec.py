@@ -570,3 +570,18 @@ def test_error_classes() -> None:
     error = JsonDecodeError("bad", 3)
     assert error.pos == 3
     assert str(error) == "bad"
+
+
+def test_only_values_proved_shallow_skip_the_depth_scan() -> None:
+    from sessionledger.snapshot import snapshot
+
+    shallow = snapshot({"a": [1, {"b": "c"}]})
+    assert getattr(shallow, "_shallow", False) is True
+    nested: Any = "leaf"
+    for _ in range(300):
+        nested = [{"k": nested}]
+    deep = snapshot({"root": nested})  # past the fast path's depth: built by the careful walk
+    assert getattr(deep, "_shallow", False) is False
+    record = {"type": "x/deep", "seq": 0, "time": 1, "data": deep}
+    assert dumps(record) == iterative_dumps(record)
+    assert loads(dumps(record)) == loads(iterative_dumps(record))

@@ -107,6 +107,27 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return True
 
 
+def _is_shallow_record(record: dict[str, Any]) -> bool:
+    """Tell whether every member of *record* is a scalar, a flat sequence or mapping of
+    scalars, or a value ``snapshot`` proved shallow (an event envelope, in practice)."""
+    for item in record.values():
+        kind = type(item)
+        if kind in _LEAF_TYPES:
+            continue
+        if kind is FrozenDict:
+            if not getattr(item, "_shallow", False):
+                return False
+        elif kind is tuple or kind is list:
+            if not _LEAF_TYPES.issuperset(map(type, item)):
+                return False
+        elif kind is dict:
+            if not _LEAF_TYPES.issuperset(map(type, item.values())):
+                return False
+        else:
+            return False
+    return True
+
+
 def _is_depth_error(error: Exception) -> bool:
     # orjson has no dedicated exception type for its nesting limits; its messages say
     # "Recursion limit reached" (dumps) and "depth limit exceeded" (loads).
@@ -124,7 +145,12 @@ def dumps(value: Any) -> bytes:
     (a set, bytes, a non-``str`` key, an integer beyond ±(2**53 - 1), a lone surrogate, a
     dataclass or datetime, a cycle).
     """
-    if _deeper_than(value, ORJSON_MAX_DEPTH):
+    # The write path's common case (an event envelope around snapshot data) is settled
+    # without the depth scan, which would cost several times the dump itself.
+    shallow = (type(value) is dict and _is_shallow_record(value)) or (
+        type(value) is FrozenDict and getattr(value, "_shallow", False)
+    )
+    if not shallow and _deeper_than(value, ORJSON_MAX_DEPTH):
         # Also where a cycle ends up; the fallback reports it.
         return iterative_dumps(value)
     try:

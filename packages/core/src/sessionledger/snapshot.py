@@ -38,7 +38,10 @@ class FrozenDict(dict[str, Any]):
     directly (it is a real ``dict`` subclass), and every mutating method raises ``TypeError``.
     """
 
-    __slots__ = ()
+    # Set (to True) only on the root of a value snapshot built with its recursive fast
+    # path, which proves the value is at most _FAST_DEPTH + 1 levels deep; jsoncodec
+    # then serializes it without measuring its depth first. Private to the library.
+    __slots__ = ("_shallow",)
 
     __setitem__ = _readonly
     __delitem__ = _readonly
@@ -140,9 +143,11 @@ def snapshot(value: object, path: str = "value") -> Any:
     kind = type(value)
     if kind is dict or kind is FrozenDict:
         try:
-            return _fast_mapping(value, 0)
+            frozen = _fast_mapping(value, 0)
         except _Retry:
             return _snapshot_container(value, path)
+        frozen._shallow = True
+        return frozen
     if kind is list or kind is tuple:
         try:
             return _fast_sequence(value, 0)

@@ -1,0 +1,148 @@
+"""Argument parsing and dispatch for the ``sessionledger`` command line.
+
+``--store`` is accepted before or after the command name (SPEC §17 item 16): the
+top-level parser and every sub-parser define it, the sub-parsers with a suppressed
+default so that a value given before the command is not overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NoReturn
+
+from sessionledger.errors import LedgerError
+
+__all__ = ["COMMANDS", "UsageError", "build_parser", "command_function"]
+
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+#: Command name → ``module:function`` (imported only when that command runs).
+COMMANDS: dict[str, str] = {
+    "demo": "demo:demo",
+    "ls": "inspecting:list_sessions",
+    "show": "inspecting:show",
+    "messages": "inspecting:messages",
+    "transcript": "inspecting:transcript_command",
+    "verify": "checking:verify",
+    "repair": "checking:repair",
+    "copy": "moving:copy",
+    "catalog": "inspecting:catalog",
+    "stats": "inspecting:stats",
+    "delete": "moving:delete",
+}
+
+STORE_HELP = (
+    "store URL: sqlite:PATH, jsonl:DIR or memory:NAME (default: $SESSIONLEDGER_STORE, "
+    "else sqlite:$XDG_DATA_HOME/sessionledger/ledger.db)"
+)
+
+
+class UsageError(LedgerError):
+    """The command line itself is wrong (unknown command or option, missing argument)."""
+
+    code = "USAGE"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, raised instead of printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as plain JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser for every command and option."""
+    parser = _Parser(
+        prog="sessionledger",
+        description="See, check and move the sessions of a sessionledger store.",
+        epilog="Start with 'sessionledger demo', then try the commands it suggests.",
+    )
+    parser.add_argument("--store", metavar="URL", default=None, help=STORE_HELP)
+    common = _Parser(add_help=False)
+    common.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=STORE_HELP)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[common], help=help, description=help)
+
+    demo = add("demo", "run a scripted agent session (crash and repair included) on the store")
+    demo.add_argument("--seed", type=int, default=7, help="seed of the fake model (default 7)")
+    demo.add_argument("--session", metavar="ID", help="session id (default: demo-<random>)")
+
+    ls = add("ls", "list stored sessions: id, created, title, events, last activity")
+    _add_json(ls, "the sessions")
+
+    show = add("show", "print a session's log as stored (no repair)")
+    show.add_argument("id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the events as JSONL envelopes")
+    show.add_argument(
+        "--chunks", action="store_true", help="one row per assistant/chunk (default: one per run)"
+    )
+
+    messages = add("messages", "print the messages the model sees (derived from the surface)")
+    messages.add_argument("id", metavar="ID")
+    messages.add_argument("--at", type=int, metavar="SEQ", help="as of this seq (time travel)")
+    messages.add_argument(
+        "--format",
+        choices=("plain", "openai", "anthropic"),
+        default="plain",
+        help="plain (a table), or the request history of a provider API as JSON",
+    )
+    _add_json(messages, "the messages (sessionledger's own shape)")
+
+    transcript = add("transcript", "print what the user saw, compacted history included")
+    transcript.add_argument("id", metavar="ID")
+    _add_json(transcript, "the messages")
+
+    verify = add("verify", "check envelopes, surface and invariants; exit 1 on any problem")
+    verify.add_argument("ids", nargs="*", metavar="ID", help="sessions to check (default: all)")
+    verify.add_argument("--all", action="store_true", help="check every session")
+    _add_json(verify, "the reports")
+
+    repair = add("repair", "close an interrupted turn durably, as a resume would")
+    repair.add_argument("id", metavar="ID")
+    repair.add_argument("--dry-run", action="store_true", help="show what would be appended")
+    _add_json(repair, "the appended events")
+
+    copy = add("copy", "copy sessions between stores, then verify each copy event-for-event")
+    copy.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")
+    copy.add_argument("--to", dest="target", required=True, metavar="URL", help="destination")
+    copy.add_argument("ids", nargs="*", metavar="ID", help="sessions to copy (default: all)")
+    copy.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="leave out sessions the destination already has (default: refuse)",
+    )
+    _add_json(copy, "the outcome")
+
+    catalog = add("catalog", "list registered event types, their plugins, and store schemes")
+    _add_json(catalog, "the catalog")
+
+    stats = add("stats", "events by type, surface size, bytes and chunk-packing ratio")
+    stats.add_argument("id", metavar="ID")
+    _add_json(stats, "the statistics")
+
+    delete = add("delete", "delete a stored session")
+    delete.add_argument("id", metavar="ID")
+    _add_json(delete, "the outcome")
+    return parser
+
+
+def command_function(name: str) -> Command:
+    """Import and return the coroutine function that runs command *name*."""
+    module_name, _, function = COMMANDS[name].partition(":")
+    module = importlib.import_module(f"sessionledger.cli.{module_name}")
+    command: Command = getattr(module, function)
+    return command
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse *argv* (``sys.argv[1:]`` when None); mistakes raise ``UsageError``."""
+    return build_parser().parse_args(argv)

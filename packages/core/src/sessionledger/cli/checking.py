@@ -1,0 +1,244 @@
+"""Commands that check and mend stored logs: ``verify`` and ``repair``.
+
+``verify`` never writes. For each session it reads the log as stored (``read_from``),
+validates it the way a resume would (``inspect``: envelopes, message shapes, the
+surface rules, known event types) and runs the invariants' ``check_log`` over the
+stored events. Anything found is a problem and the command exits 1. A turn left open
+is only a note: it is what a crash (or a session still running) leaves, and a resume
+closes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.text import Text
+
+from sessionledger.cli.inspecting import open_turn
+from sessionledger.cli.render import event_table, make_console, plural, write_json
+from sessionledger.cli.stores import opened_store
+from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
+from sessionledger.events import SessionEvent
+from sessionledger.persistence import SessionPersistence
+
+__all__ = ["Problem", "SessionReport", "load_check_log", "repair", "verify", "verify_session"]
+
+#: Exit status of ``verify`` when it found problems (2 stays reserved for user mistakes).
+EXIT_PROBLEMS = 1
+
+CheckLog = Callable[[Sequence[SessionEvent]], Sequence[Any]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a stored session: where, which rule or code, and what."""
+
+    seq: int | None
+    rule: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the problem as a JSON object (stable keys)."""
+        return {"seq": self.seq, "rule": self.rule, "message": self.message}
+
+
+@dataclasses.dataclass(slots=True)
+class SessionReport:
+    """What ``verify`` found in one session."""
+
+    session_id: str
+    events: int | None = None
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as a JSON object (stable keys)."""
+        return {
+            "id": self.session_id,
+            "ok": not self.problems,
+            "events": self.events,
+            "problems": [problem.to_json() for problem in self.problems],
+            "notes": list(self.notes),
+        }
+
+
+def load_check_log() -> CheckLog | None:
+    """Return ``sessionledger_invariants.check_log``, or None when it is not installed."""
+    try:
+        from sessionledger_invariants import check_log
+    except ImportError:
+        return None
+    return check_log
+
+
+def _problem(error: LedgerError) -> Problem:
+    # A stored log that fails validation is reported as CORRUPT wrapping the real cause
+    # (a SeedError wrapping e.g. a SurfaceError); the innermost code says more.
+    code = error.code
+    cause = error.__cause__
+    while isinstance(cause, LedgerError):
+        code = cause.code
+        cause = cause.__cause__
+    seq = error.seq
+    if seq is None and isinstance(error.__cause__, LedgerError):
+        seq = getattr(error.__cause__, "index", None)
+    return Problem(seq, code, str(error))
+
+
+async def verify_session(
+    store: SessionPersistence, session_id: str, check_log: CheckLog | None
+) -> SessionReport:
+    """Check one stored session without writing anything; see the module docstring."""
+    report = SessionReport(session_id)
+    try:
+        stored = await store.read_from(session_id, 0)
+    except SessionNotFoundError:
+        raise
+    except LedgerError as error:
+        report.problems.append(_problem(error))
+        return report
+    report.events = len(stored)
+    try:
+        view = await store.inspect(session_id)
+    except LedgerError as error:
+        report.problems.append(_problem(error))
+    else:
+        repaired = len(view.events) - len(stored)
+        turn = open_turn(stored)
+        if turn is not None:
+            report.notes.append(
+                f"turn {turn} is open (interrupted, or still running); a resume or "
+                f"'repair' appends {repaired} closing events"
+            )
+    if check_log is not None:
+        for violation in check_log(stored):
+            report.problems.append(
+                Problem(violation.seq, str(violation.rule), str(violation.message))
+            )
+    return report
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _collected_warnings() -> Iterator[list[str]]:
+    """Collect the library's warnings instead of printing them (``list_snapshots`` logs
+    and skips sessions in another format version; ``verify --all`` reports them)."""
+    logger = logging.getLogger("sessionledger")
+    handler = _Collect()
+    logger.addHandler(handler)
+    propagate = logger.propagate
+    logger.propagate = False
+    try:
+        yield handler.messages
+    finally:
+        logger.propagate = propagate
+        logger.removeHandler(handler)
+
+
+async def verify(args: argparse.Namespace) -> int:
+    """``verify [ID ...|--all]``: check envelopes, surface and invariants; exit 1 on problems.
+
+    Without ids every session is checked, as with ``--all``.
+    """
+    if args.all and args.ids:
+        raise ConfigError("verify takes session ids or --all, not both")
+    check_log = load_check_log()
+    reports: list[SessionReport] = []
+    skipped: list[str] = []
+    async with opened_store(args.store_url) as store:
+        ids: list[str] = list(args.ids)
+        if not ids:
+            with _collected_warnings() as skipped:
+                ids = [info.header.id for info in await store.list_snapshots()]
+        reports.extend([await verify_session(store, session_id, check_log) for session_id in ids])
+    failed = [report for report in reports if report.problems]
+    if args.json:
+        write_json(
+            {
+                "ok": not failed and not skipped,
+                "invariantsChecked": check_log is not None,
+                "sessions": [report.to_json() for report in reports],
+                "unreadable": skipped,
+            }
+        )
+        return EXIT_PROBLEMS if failed or skipped else 0
+    console = make_console()
+    if check_log is None:
+        console.print(
+            Text(
+                "note: invariants not checked: sessionledger-invariants is not installed "
+                "(pip install sessionledger-invariants)",
+                style="yellow",
+            )
+        )
+    for report in reports:
+        count = "?" if report.events is None else str(report.events)
+        if report.problems:
+            console.print(Text(f"✗ {report.session_id}  {count} events", style="bold red"))
+            for problem in report.problems:
+                where = f"seq {problem.seq}" if problem.seq is not None else "store"
+                console.print(Text(f"    {where}  {problem.rule}  {problem.message}"))
+        else:
+            console.print(Text(f"✓ {report.session_id}  {count} events  ok", style="green"))
+        for note in report.notes:
+            console.print(Text(f"    note: {note}", style="yellow"))
+    for message in skipped:
+        console.print(Text(f"✗ unreadable session: {message}", style="bold red"))
+    summary = f"verified {plural(len(reports), 'session')}: {len(reports) - len(failed)} ok"
+    if failed:
+        summary += f", {len(failed)} with problems"
+    if skipped:
+        summary += f", {len(skipped)} unreadable"
+    console.print(Text(summary, style="bold"))
+    return EXIT_PROBLEMS if failed or skipped else 0
+
+
+async def repair(args: argparse.Namespace) -> int:
+    """``repair ID [--dry-run]``: close an interrupted turn durably (``load``), or show
+    what would be appended (``inspect``, nothing written)."""
+    async with opened_store(args.store_url) as store:
+        before = await store.read_from(args.id, 0)
+        view = await store.inspect(args.id)
+        after = view.events
+        rewritten = False
+        if not args.dry_run:
+            loaded = await store.load(args.id)
+            after = loaded.events
+            rewritten = loaded.revision != view.revision
+    appended = list(after[len(before) :])
+    if args.json:
+        write_json(
+            {
+                "id": args.id,
+                "dryRun": bool(args.dry_run),
+                "appended": [event.to_json() for event in appended],
+            }
+        )
+        return 0
+    console = make_console()
+    if not appended:
+        # A torn tail after the last closed turn is truncated by load without closers.
+        done = "dropped a torn final record" if rewritten else "nothing to repair (no open turn)"
+        console.print(f"{args.id}: {done}", markup=False)
+        return 0
+    verb = "would append" if args.dry_run else "appended"
+    seqs = f"seq {appended[0].seq}-{appended[-1].seq}"
+    what = plural(len(appended), "closing event")
+    console.print(Text(f"{args.id}: {verb} {what} ({seqs})", style="bold"))
+    console.print(event_table(appended, width=console.width))
+    if args.dry_run:
+        console.print(f"run 'sessionledger repair {args.id}' to write them", markup=False)
+    return 0

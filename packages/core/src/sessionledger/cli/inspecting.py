@@ -1,0 +1,333 @@
+"""Read-only commands: ``ls``, ``show``, ``messages``, ``transcript``, ``stats``, ``catalog``.
+
+None of them writes to the store: they read through ``list_snapshots``, ``read_from``
+(the log as stored) and ``inspect`` (the repaired view, repair kept in memory), never
+``load``. ``show`` and ``stats`` describe the stored log; ``messages`` and ``transcript``
+describe what a resume would give the model and the user (the repaired view).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+from collections import Counter
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from sessionledger import jsoncodec
+from sessionledger.chunks import pack_chunk_runs
+from sessionledger.cli.render import (
+    event_table,
+    local_datetime,
+    make_console,
+    message_table,
+    plain_messages,
+    plural,
+    write_json,
+    write_jsonl,
+)
+from sessionledger.cli.stores import opened_store, store_is_missing
+from sessionledger.derive import messages_at, transcript
+from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.formats import to_anthropic_messages, to_openai_messages
+from sessionledger.ledger import Ledger
+from sessionledger.persistence import SessionPersistence
+from sessionledger.repair import interrupted_turn_closers
+from sessionledger.surface import fold_surface
+from sessionledger.vocabulary import TURN_END, TURN_START
+
+__all__ = [
+    "catalog",
+    "list_sessions",
+    "messages",
+    "open_turn",
+    "show",
+    "stats",
+    "stored_header",
+    "transcript_command",
+]
+
+
+#: Below this console width ``ls`` leaves out the creation time.
+WIDE_LS = 100
+
+
+def open_turn(events: list[SessionEvent]) -> int | None:
+    """Return the number of the turn the log leaves open, or None."""
+    for event in reversed(events):
+        if event.type == TURN_END:
+            return None
+        if event.type == TURN_START:
+            turn = event.data.get("turn") if hasattr(event.data, "get") else None
+            return turn if type(turn) is int else -1
+    return None
+
+
+async def list_sessions(args: argparse.Namespace) -> int:
+    """``ls``: id, created, title, events and last activity of every stored session."""
+    url: str = args.store_url
+    rows: list[dict[str, Any]] = []
+    if not store_is_missing(url):
+        async with opened_store(url) as store:
+            for info in await store.list_snapshots():
+                header = info.header
+                row: dict[str, Any] = {
+                    "id": header.id,
+                    "createdAt": header.created_at,
+                    "title": header.title,
+                    "cwd": header.cwd,
+                    "parentSession": header.parent_session,
+                    "events": None,
+                    "lastActivity": None,
+                    "openTurn": None,
+                    "revision": info.revision,
+                    "problem": None,
+                }
+                try:
+                    events = await store.read_from(header.id, 0)
+                except LedgerError as error:
+                    # One damaged session must not hide the others: say so and go on.
+                    row["problem"] = f"{error.code}: {error}"
+                else:
+                    row["events"] = len(events)
+                    row["lastActivity"] = events[-1].time if events else None
+                    row["openTurn"] = open_turn(events)
+                rows.append(row)
+    if args.json:
+        write_json(rows)
+        return 0
+    console = make_console()
+    if not rows:
+        console.print(f"no sessions in {url}", markup=False)
+        return 0
+    title = f"{plural(len(rows), 'session')} in {url}"
+    table = Table(title=title, title_justify="left", expand=False)
+    # Ids are never cut (they are what the other commands take); the title gives way.
+    widest = max(len(row["id"]) for row in rows)
+    table.add_column("id", no_wrap=True, min_width=widest)
+    wide = console.width >= WIDE_LS
+    if wide:
+        table.add_column("created", no_wrap=True, min_width=16)
+    table.add_column("title", min_width=8)
+    table.add_column("events", justify="right", no_wrap=True, min_width=6)
+    table.add_column("last activity", no_wrap=True, min_width=16)
+    table.add_column("state", no_wrap=True, min_width=6)
+    for row in rows:
+        if row["problem"] is not None:
+            state = Text(f"unreadable ({row['problem'].split(':')[0]}); run verify", style="red")
+        elif row["openTurn"] is not None:
+            state = Text(f"turn {row['openTurn']} open", style="yellow")
+        else:
+            state = Text("closed")
+        last = row["lastActivity"]
+        cells: list[Any] = [
+            Text(row["id"]),
+            Text(row["title"] or "", no_wrap=True, overflow="ellipsis"),
+            "?" if row["events"] is None else str(row["events"]),
+            "" if last is None else local_datetime(last, seconds=False),
+            state,
+        ]
+        if wide:
+            cells.insert(1, local_datetime(row["createdAt"], seconds=False))
+        table.add_row(*cells)
+    console.print(table)
+    return 0
+
+
+async def show(args: argparse.Namespace) -> int:
+    """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL."""
+    async with opened_store(args.store_url) as store:
+        events = await store.read_from(args.id, 0)
+        if args.json:
+            write_jsonl(event.to_json() for event in events)
+            return 0
+        header = await stored_header(store, args.id)
+    console = make_console()
+    details = [f"created {local_datetime(header.created_at)}"]
+    if header.cwd:
+        details.append(f"cwd {header.cwd}")
+    if header.title:
+        details.append(f"title {header.title!r}")
+    if header.parent_session:
+        details.append(f"forked from {header.parent_session} ({header.seed_length} events)")
+    console.print(Text(f"session {header.id}", style="bold"), Text(" · ".join(details)))
+    console.print(event_table(events, collapse_chunks=not args.chunks, width=console.width))
+    turn = open_turn(events)
+    if turn is not None:
+        closers = interrupted_turn_closers(events)
+        console.print(
+            Text(
+                f"turn {turn} is open: the session is still running, or it was interrupted. "
+                f"'sessionledger repair {header.id}' closes it ({len(closers)} events).",
+                style="yellow",
+            )
+        )
+    return 0
+
+
+async def stored_header(store: SessionPersistence, session_id: str) -> SessionHeader:
+    """Return the stored header of *session_id* without validating its events.
+
+    ``show`` must work on a log that fails validation (that is when it is most useful),
+    so the header comes from the header listing, not from ``inspect``.
+    """
+    for info in await store.list_snapshots():
+        if info.header.id == session_id:
+            return info.header
+    raise SessionNotFoundError("session not found", session_id=session_id)
+
+
+def _seq_in_range(at: int, events: tuple[SessionEvent, ...], session_id: str) -> None:
+    if not 0 <= at < len(events):
+        raise ConfigError(
+            f"--at {at} is not a seq of session {session_id!r} (seqs 0-{len(events) - 1})"
+        )
+
+
+async def messages(args: argparse.Namespace) -> int:
+    """``messages ID``: the model's history (repaired view), plain or in a provider format."""
+    async with opened_store(args.store_url) as store:
+        stored = await store.inspect(args.id)
+    events = stored.events
+    at = len(events) - 1 if args.at is None else args.at
+    _seq_in_range(at, events, args.id)
+    history = messages_at(events, at)
+    if args.format == "openai":
+        write_json(to_openai_messages(history))
+        return 0
+    if args.format == "anthropic":
+        write_json(dict(to_anthropic_messages(history)))
+        return 0
+    if args.json:
+        write_json(plain_messages(history))
+        return 0
+    title = f"{len(history)} messages the model sees after seq {at} of {args.id}"
+    make_console().print(message_table(history, title=title))
+    return 0
+
+
+async def transcript_command(args: argparse.Namespace) -> int:
+    """``transcript ID``: what the user saw, in log order, compacted history included."""
+    async with opened_store(args.store_url) as store:
+        stored = await store.inspect(args.id)
+    seen = transcript(stored.events)
+    if args.json:
+        write_json(plain_messages(seen))
+        return 0
+    title = f"transcript of {args.id} ({len(seen)} messages)"
+    make_console().print(message_table(seen, title=title))
+    return 0
+
+
+def _line_bytes(records: list[Any]) -> int:
+    return sum(len(jsoncodec.dumps(record)) + 1 for record in records)
+
+
+async def stats(args: argparse.Namespace) -> int:
+    """``stats ID``: events by type, surface size, bytes and the chunk-packing ratio."""
+    async with opened_store(args.store_url) as store:
+        events = await store.read_from(args.id, 0)
+    envelopes = [event.to_json() for event in events]
+    plain = _line_bytes(envelopes)
+    packed_records = pack_chunk_runs(events)
+    packed = _line_bytes(packed_records)
+    fold = fold_surface(events)
+    by_type = Counter(event.type for event in events)
+    report: dict[str, Any] = {
+        "id": args.id,
+        "events": len(events),
+        "eventsByType": dict(sorted(by_type.items())),
+        "surfaceNodes": len(fold.nodes),
+        "replacements": len(fold.replacements),
+        "openTurn": open_turn(events),
+        "firstTime": events[0].time if events else None,
+        "lastTime": events[-1].time if events else None,
+        "jsonlBytes": plain,
+        "packedBytes": packed,
+        "packedRecords": len(packed_records),
+        "packingRatio": round(plain / packed, 3) if packed else None,
+    }
+    if args.json:
+        write_json(report)
+        return 0
+    console = make_console()
+    table = Table(title=f"events of {args.id} by type", title_justify="left", expand=False)
+    table.add_column("type")
+    table.add_column("count", justify="right")
+    for kind, count in by_type.most_common():
+        table.add_row(kind, str(count))
+    table.add_row(Text("total", style="bold"), Text(str(len(events)), style="bold"))
+    console.print(table)
+    span = (events[-1].time - events[0].time) / 1000 if events else 0.0
+    lines = [
+        f"surface: {len(fold.nodes)} nodes, {len(fold.replacements)} replacements",
+        f"span: {span:.3f} s",
+        f"stored as one envelope per line: {plain:,} bytes",
+        f"with chunk runs packed into rows: {packed:,} bytes in {len(packed_records)} records",
+        f"packing ratio: {report['packingRatio']}x",
+    ]
+    for line in lines:
+        console.print(line, markup=False)
+    return 0
+
+
+def _distributions(ledger: Ledger) -> dict[str, str]:
+    """Map plugin name → ``distribution version`` for the catalog."""
+    pm = ledger.plugins.pm
+    names: dict[str, str] = {}
+    for plugin, dist in pm.list_plugin_distinfo():
+        name = pm.get_name(plugin)
+        if name is not None:
+            names[name] = f"{dist.project_name} {dist.version}"
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        names.setdefault(
+            "sessionledger", f"sessionledger {importlib.metadata.version('sessionledger')}"
+        )
+    return names
+
+
+async def catalog(args: argparse.Namespace) -> int:
+    """``catalog``: the registered event types, who registered them, and store schemes."""
+    ledger = Ledger()
+    try:
+        registry = ledger.plugins.event_types
+        schemes = sorted(ledger.plugins.backends())
+        dists = _distributions(ledger)
+    finally:
+        await ledger.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "type": event_type.name,
+            "plugin": registry.plugin_of(event_type.name),
+            "distribution": dists.get(registry.plugin_of(event_type.name) or ""),
+            "surface": event_type.surface,
+            "ignorable": event_type.ignorable,
+            "validated": event_type.validate is not None,
+        }
+        for event_type in registry
+    ]
+    if args.json:
+        write_json({"eventTypes": rows, "storeSchemes": schemes})
+        return 0
+    console = make_console()
+    table = Table(title="registered event types", title_justify="left", expand=False)
+    for name in ("type", "plugin", "surface", "ignorable", "validated"):
+        table.add_column(name, no_wrap=True)
+    for row in rows:
+        plugin = row["plugin"] or "?"
+        if row["distribution"] and row["distribution"].split()[0] != plugin:
+            plugin = f"{plugin} ({row['distribution']})"
+        table.add_row(
+            row["type"],
+            plugin,
+            "yes" if row["surface"] else "",
+            "yes" if row["ignorable"] else "",
+            "yes" if row["validated"] else "",
+        )
+    console.print(table)
+    console.print("store schemes: " + ", ".join(f"{scheme}:" for scheme in schemes), markup=False)
+    return 0

@@ -1,0 +1,147 @@
+"""Commands that move sessions between stores or remove them: ``copy`` and ``delete``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Final
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from sessionledger.cli.render import make_console, plural, write_json
+from sessionledger.cli.stores import opened_store
+from sessionledger.errors import ConfigError, SessionExistsError, SessionNotFoundError
+from sessionledger.events import SessionEvent
+from sessionledger.persistence import SessionPersistence, StoredSession
+
+__all__ = ["BATCH_EVENTS", "copy", "delete", "first_difference"]
+
+#: Events per ``append`` call when writing a copied session (one durable batch each).
+BATCH_EVENTS: Final = 1000
+
+#: Exit status when a copied session does not read back identical.
+EXIT_MISMATCH: Final = 1
+
+
+def first_difference(original: StoredSession, copied: StoredSession) -> str | None:
+    """Return what differs between two stored sessions (header, length or the first
+    event whose JSON differs), or None when they are identical event for event."""
+    if copied.header != original.header:
+        return "the header differs"
+    if len(copied.events) != len(original.events):
+        return f"{len(copied.events)} events read back, {len(original.events)} written"
+    for left, right in zip(original.events, copied.events, strict=True):
+        if left.to_json() != right.to_json():
+            return f"event seq {left.seq} differs"
+    return None
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=make_console(stderr=True),
+    )
+
+
+async def _write_copy(target: SessionPersistence, stored: StoredSession) -> None:
+    events: Sequence[SessionEvent] = stored.events
+    await target.create(stored.header)
+    for start in range(0, len(events), BATCH_EVENTS):
+        await target.append(stored.header.id, events[start : start + BATCH_EVENTS])
+
+
+async def copy(args: argparse.Namespace) -> int:
+    """``copy --from URL --to URL [ID ...]``: copy sessions (all by default), then read
+    every copy back and compare it event for event with the source.
+
+    Each session is copied as a resume would see it (``inspect``: a torn tail dropped, an
+    interrupted turn closed), so the copy is a clean, closed log. An id that already
+    exists in the destination stops the command before anything is written, unless
+    ``--skip-existing`` leaves those sessions out.
+    """
+    if args.source == args.target:
+        raise ConfigError("--from and --to name the same store")
+    async with (
+        opened_store(args.source) as source,
+        opened_store(args.target, must_exist=False) as target,
+    ):
+        available = [info.header.id for info in await source.list_snapshots()]
+        ids: list[str] = list(dict.fromkeys(args.ids)) if args.ids else available
+        for session_id in ids:
+            if session_id not in available:
+                raise SessionNotFoundError(
+                    f"session not found in {args.source}", session_id=session_id
+                )
+        existing = {info.header.id for info in await target.list_snapshots()}
+        clashes = [session_id for session_id in ids if session_id in existing]
+        if clashes and not args.skip_existing:
+            raise SessionExistsError(
+                f"{len(clashes)} of the sessions already exist in {args.target}; nothing "
+                "was copied (--skip-existing copies the others)",
+                session_id=clashes[0],
+            )
+        todo = [session_id for session_id in ids if session_id not in existing]
+        copied_events = 0
+        mismatches: list[tuple[str, str]] = []
+        with _progress() as progress:
+            task = progress.add_task("copying", total=len(todo))
+            for session_id in todo:
+                progress.update(task, description=f"copying {session_id}")
+                stored = await source.inspect(session_id)
+                await _write_copy(target, stored)
+                copied_events += len(stored.events)
+                progress.advance(task)
+            progress.update(task, description="copied")
+            check = progress.add_task("verifying", total=len(todo))
+            for session_id in todo:
+                progress.update(check, description=f"verifying {session_id}")
+                difference = first_difference(
+                    await source.inspect(session_id), await target.inspect(session_id)
+                )
+                if difference is not None:
+                    mismatches.append((session_id, difference))
+                progress.advance(check)
+            progress.update(check, description="verified")
+    if args.json:
+        write_json(
+            {
+                "from": args.source,
+                "to": args.target,
+                "copied": todo,
+                "skipped": clashes,
+                "events": copied_events,
+                "verified": not mismatches,
+                "mismatches": [{"id": sid, "difference": what} for sid, what in mismatches],
+            }
+        )
+        return EXIT_MISMATCH if mismatches else 0
+    console = make_console()
+    console.print(
+        f"copied {plural(len(todo), 'session')} ({plural(copied_events, 'event')}) "
+        f"from {args.source} to {args.target}",
+        markup=False,
+    )
+    if clashes:
+        console.print(f"skipped {len(clashes)} already in the destination", markup=False)
+    for session_id, difference in mismatches:
+        console.print(Text(f"✗ {session_id}: the copy differs: {difference}", style="bold red"))
+    if mismatches:
+        return EXIT_MISMATCH
+    verified = f"verified {plural(len(todo), 'session')} event-for-event: identical"
+    console.print(Text(verified, style="green"))
+    return 0
+
+
+async def delete(args: argparse.Namespace) -> int:
+    """``delete ID``: remove a stored session and everything stored for it."""
+    async with opened_store(args.store_url) as store:
+        await store.delete(args.id)
+    if args.json:
+        write_json({"deleted": args.id})
+    else:
+        make_console().print(f"deleted {args.id} from {args.store_url}", markup=False)
+    return 0

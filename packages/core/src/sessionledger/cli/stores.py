@@ -1,0 +1,107 @@
+"""Which store a command works on, and opening it for the length of one command."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from sessionledger.errors import ConfigError
+from sessionledger.ledger import open_store
+from sessionledger.persistence import SessionPersistence
+
+__all__ = [
+    "STORE_ENV",
+    "default_store_path",
+    "default_store_url",
+    "opened_store",
+    "prepare_for_writing",
+    "resolve_store_url",
+    "store_is_missing",
+]
+
+#: The environment variable naming the default store URL.
+STORE_ENV = "SESSIONLEDGER_STORE"
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Return the embedded SQLite file used when no store is named.
+
+    ``$XDG_DATA_HOME/sessionledger/ledger.db``, with the XDG default
+    ``~/.local/share`` when the variable is unset, empty or not absolute (the XDG
+    base-directory rule: relative values are ignored).
+    """
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_DATA_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "sessionledger" / "ledger.db"
+
+
+def default_store_url(environ: Mapping[str, str] | None = None) -> str:
+    """Return ``$SESSIONLEDGER_STORE`` when set, else ``sqlite:`` + the default file."""
+    env = os.environ if environ is None else environ
+    named = env.get(STORE_ENV, "").strip()
+    if named:
+        return named
+    return f"sqlite:{default_store_path(env)}"
+
+
+def resolve_store_url(option: str | None) -> str:
+    """Return the store a command uses: ``--store`` wins over the environment default."""
+    if option is not None:
+        if not option.strip():
+            raise ConfigError("--store needs a URL such as 'sqlite:ledger.db' or 'jsonl:DIR'")
+        return option
+    return default_store_url()
+
+
+def prepare_for_writing(url: str) -> None:
+    """Create the directory of the default SQLite file (``0700``) when *url* is it.
+
+    Only commands that write call this, so the first ``sessionledger demo`` on a fresh
+    machine just works while ``ls`` leaves the home directory alone.
+    """
+    path = default_store_path()
+    if url == f"sqlite:{path}":
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _local_path(url: str) -> Path | None:
+    """Return the file or directory behind a ``sqlite:``/``jsonl:`` URL (SPEC §12, §13)."""
+    scheme, _, rest = url.partition(":")
+    if scheme not in ("sqlite", "jsonl") or not rest or rest == ":memory:":
+        return None
+    return Path(rest).expanduser()
+
+
+def store_is_missing(url: str) -> bool:
+    """Tell whether *url* names a local SQLite file or JSONL directory that does not exist.
+
+    Read-only commands check this first: opening a SQLite store creates its file, and a
+    command that only looks must not leave one behind.
+    """
+    path = _local_path(url)
+    return path is not None and not path.exists()
+
+
+@asynccontextmanager
+async def opened_store(url: str, *, must_exist: bool = True) -> AsyncIterator[SessionPersistence]:
+    """Open the backend for *url* for one command and close it afterwards.
+
+    With *must_exist* (every command but ``copy``'s destination), a local store that
+    does not exist is a ``ConfigError`` instead of being created: a command that only
+    looks must not leave an empty database behind.
+    """
+    if must_exist and store_is_missing(url):
+        raise ConfigError(
+            f"there is no store at {url} yet (run 'sessionledger demo' to create one, "
+            "or choose another with --store)"
+        )
+    if not must_exist:
+        prepare_for_writing(url)
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        await store.close()
