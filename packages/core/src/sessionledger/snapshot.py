@@ -42,6 +42,7 @@ class FrozenDict(dict[str, Any]):
     # path, which proves the value is at most _FAST_DEPTH + 1 levels deep; jsoncodec
     # then serializes it without measuring its depth first. Private to the library.
     __slots__ = ("_shallow",)
+    _shallow: bool
 
     __setitem__ = _readonly
     __delitem__ = _readonly
