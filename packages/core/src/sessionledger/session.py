@@ -26,7 +26,7 @@ from sessionledger.events import (
     parse_surface_op,
 )
 from sessionledger.registry import EventTypeRegistry
-from sessionledger.snapshot import MAX_SAFE_INTEGER, _bad_string, snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, _bad_string, _fast_mapping, _Retry, snapshot
 from sessionledger.surface import SurfaceManager
 from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
 
@@ -231,7 +231,14 @@ class Session:
             )
         log = self._log
         try:
-            frozen = snapshot(data, "data")
+            if builtin_type(data) is dict:  # the common case, without snapshot's dispatch
+                try:
+                    frozen = _fast_mapping(data, 0)
+                    frozen._shallow = True
+                except _Retry:
+                    frozen = snapshot(data, "data")
+            else:
+                frozen = snapshot(data, "data")
             declared = self._types.get(type)
             if declared is not None:
                 if declared.validate is not None:
