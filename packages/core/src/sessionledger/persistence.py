@@ -75,12 +75,14 @@ class RawRecord(NamedTuple):
     ``value`` is the parsed JSON (an event envelope or a packed chunk row) or
     ``UNPARSABLE``; ``position`` is opaque to the core and handed back to ``_truncate``
     to remove this record and everything after it; ``label`` names it in errors
-    (``"line 12"``, ``"row seq 40"``).
+    (``"line 12"``, ``"row seq 40"``) and ``line``, for line-oriented media, is the
+    1-based line number a ``CorruptLogError`` reports.
     """
 
     value: Any
     position: Any
     label: str
+    line: int | None = None
 
 
 @final
@@ -266,7 +268,13 @@ class SessionPersistence(ABC):
                         seq=event.seq,
                     )
             records = pack_chunk_runs(batch, self.max_row_members, self.max_row_bytes)
-            await self._write(header, records, next_seq=next_seq, materialize=materialize)
+            try:
+                await self._write(header, records, next_seq=next_seq, materialize=materialize)
+            except (SeqMismatchError, SessionExistsError):
+                # A write whose caller was cancelled (or whose reply was lost) may have
+                # landed; retrying the same batch must then succeed, not fail forever.
+                if not await self._holds(session_id, batch):
+                    raise
             if materialize:
                 del self._created[session_id]
                 self._headers[session_id] = header
@@ -349,6 +357,19 @@ class SessionPersistence(ABC):
         return self._cursors.get(session_id)
 
     # -- shared policy ------------------------------------------------------------------
+
+    async def _holds(self, session_id: str, batch: builtins.list[SessionEvent]) -> bool:
+        """Tell whether storage already holds exactly *batch* at its seqs (and it is the
+        stored tail), so a retried write can count as done."""
+        raw = await self._read(session_id, batch[0].seq)
+        if raw is None:
+            return False
+        try:
+            scan = self._scan(session_id, raw, contiguous_from=None)
+        except LedgerError:
+            return False
+        stored = [event for event in scan.events if event.seq >= batch[0].seq]
+        return [event.to_json() for event in stored] == [event.to_json() for event in batch]
 
     async def _load_locked(
         self,
@@ -446,6 +467,7 @@ class SessionPersistence(ABC):
                         f"committed region is damaged at {bad.label}: {reason}",
                         session_id=session_id,
                         path=raw.location,
+                        line=bad.line,
                     )
                 continue
             if isinstance(decoded, str):

@@ -642,6 +642,35 @@ class PersistenceContract:
         assert _same(list(session.events), stored.events)
 
     @pytest.mark.asyncio
+    async def test_a_retried_batch_that_already_landed_is_not_duplicated(
+        self, ledger_backend_factory: BackendFactory
+    ) -> None:
+        backend = ledger_backend_factory()
+        real_write = backend._write
+        calls = 0
+
+        async def write_then_lose_the_reply(*args: Any, **kwargs: Any) -> None:
+            # The 1st (materializing) and 3rd writes land, then their caller is cancelled.
+            nonlocal calls
+            calls += 1
+            await real_write(*args, **kwargs)
+            if calls in (1, 3):
+                raise asyncio.CancelledError
+
+        backend._write = write_then_lose_the_reply  # type: ignore[method-assign]
+        events = _log()
+        await backend.create(_header("landed"))
+        with pytest.raises(asyncio.CancelledError):
+            await backend.append("landed", events[:4])
+        await backend.append("landed", events[:4])
+        with pytest.raises(asyncio.CancelledError):
+            await backend.append("landed", events[4:9])
+        await backend.append("landed", events[4:9])
+        await backend.append("landed", events[9:])
+        assert _same(events, (await ledger_backend_factory().load("landed")).events)
+        await backend.close()
+
+    @pytest.mark.asyncio
     async def test_ledger_fork_of_a_stored_session(
         self, ledger_backend_factory: BackendFactory
     ) -> None:
