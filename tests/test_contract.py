@@ -6,11 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from sessionledger.memory import MemoryPersistence, MemoryStore
 from sessionledger.persistence import SessionPersistence
 from sessionledger.testing.contract import PersistenceContract
+from sessionledger_jsonl import JsonlPersistence
+from sessionledger_jsonl.paths import encode_session_id
 
 
 class MemoryTamper:
@@ -29,11 +32,42 @@ class MemoryTamper:
 
     async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
         assert isinstance(backend, MemoryPersistence)
-        import orjson
-
         header = orjson.loads(backend.store[session_id].header)
         header["version"] = version
         backend.replace_raw_header(session_id, orjson.dumps(header))
+
+
+def jsonl_file(backend: SessionPersistence, session_id: str) -> Path:
+    """Return the one log file of *session_id* under the backend's root."""
+    assert isinstance(backend, JsonlPersistence)
+    (found,) = Path(backend.root).glob(f"*/{encode_session_id(session_id)}/session.jsonl")
+    return found
+
+
+class JsonlTamper:
+    """Damage a log file the way a crash or a bad disk does."""
+
+    async def tear_tail(self, backend: SessionPersistence, session_id: str) -> None:
+        with jsonl_file(backend, session_id).open("ab") as file:
+            file.write(b'{"type":"assistant/chunk","seq":')
+
+    async def break_record(self, backend: SessionPersistence, session_id: str, index: int) -> None:
+        path = jsonl_file(backend, session_id)
+        lines = path.read_bytes().split(b"\n")
+        lines[index + 1] = lines[index + 1][:-3] + b"?!"  # line 1 is the header
+        path.write_bytes(b"\n".join(lines))
+
+    async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
+        path = jsonl_file(backend, session_id)
+        header, rest = path.read_bytes().split(b"\n", 1)
+        value = orjson.loads(header)
+        value["version"] = version
+        path.write_bytes(orjson.dumps(value) + b"\n" + rest)
+
+
+def jsonl_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
+    root = tmp_path / "store"
+    return lambda **options: JsonlPersistence(root, **options)
 
 
 def memory_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
@@ -43,6 +77,7 @@ def memory_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
 
 BACKENDS: dict[str, tuple[Callable[[Path], Callable[..., SessionPersistence]], Any]] = {
     "memory": (memory_factory, MemoryTamper()),
+    "jsonl": (jsonl_factory, JsonlTamper()),
 }
 
 
