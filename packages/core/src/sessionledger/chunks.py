@@ -26,10 +26,10 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import orjson
 
 from sessionledger.errors import ConfigError, StorageRowError
-from sessionledger.events import SessionEvent
+from sessionledger.events import SessionEvent, make_event
 from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict
 
-__all__ = ["MIN_RUN", "ROW_TYPES", "pack_chunk_runs", "unpack_record"]
+__all__ = ["MIN_RUN", "ROW_TYPES", "pack_chunk_runs", "unpack_events", "unpack_record"]
 
 TEXT_ROW: Final = "text-chunks"
 REASONING_ROW: Final = "reasoning-chunks"
@@ -147,6 +147,21 @@ def unpack_record(record: Any) -> list[Any]:
     if kind is None:
         return [record]
     return _expand_row(record, record["type"], kind[0], kind[1])
+
+
+def unpack_events(record: Any) -> list[SessionEvent]:
+    """Decode one storage record straight into ``SessionEvent``s (the read path).
+
+    Same rules as ``unpack_record`` followed by ``SessionEvent.from_json``; row members are
+    built frozen directly instead of being validated a second time.
+    """
+    try:
+        kind = _ROW_KINDS.get(record.get("type"))
+    except (AttributeError, TypeError):
+        kind = None
+    if kind is None:
+        return [SessionEvent.from_json(record)]
+    return _expand_row(record, record["type"], kind[0], kind[1], as_events=True)
 
 
 def _check_cap(name: str, value: int | None, minimum: int) -> int | None:
@@ -312,8 +327,10 @@ def _bad(tag: str, reason: str, seq: int | None = None) -> StorageRowError:
     return StorageRowError(f"malformed {tag} row: {reason}", seq=seq)
 
 
-def _expand_row(record: Any, tag: str, chunk_type: str, payload_key: str) -> list[Any]:
-    """Validate a tagged row and return its members as envelope dicts."""
+def _expand_row(
+    record: Any, tag: str, chunk_type: str, payload_key: str, *, as_events: bool = False
+) -> list[Any]:
+    """Validate a tagged row and return its members as envelope dicts (or events)."""
     if record.keys() != _ROW_KEYS:
         raise _bad(tag, f"keys must be exactly {sorted(_ROW_KEYS)}, got {sorted(map(str, record))}")
     seq0, time0, data = record["seq0"], record["time0"], record["data"]
@@ -370,37 +387,42 @@ def _expand_row(record: Any, tag: str, chunk_type: str, payload_key: str) -> lis
     turn, step, index = data["turn"], data["step"], data["index"]
     seqs = range(seq0, seq0 + n)
     if tag != TOOL_ROW:
+        chunks = [{"type": chunk_type, "index": index, "text": text} for text in payload]
+    else:
+        call_id = data["id"]
+        if "name" in data:
+            name = data["name"]
+            chunks = [
+                {
+                    "type": chunk_type,
+                    "index": index,
+                    "id": call_id,
+                    "name": name,
+                    "argumentsDelta": a,
+                }
+                for a in payload
+            ]
+        else:
+            chunks = [
+                {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": a}
+                for a in payload
+            ]
+    if not as_events:
         return [
             {
                 "type": _CHUNK,
                 "seq": seq,
                 "time": time,
-                "data": {
-                    "turn": turn,
-                    "step": step,
-                    "chunk": {"type": chunk_type, "index": index, "text": text},
-                },
+                "data": {"turn": turn, "step": step, "chunk": chunk},
             }
-            for seq, time, text in zip(seqs, times, payload, strict=True)
+            for seq, time, chunk in zip(seqs, times, chunks, strict=True)
         ]
-    call_id = data["id"]
-    if "name" in data:
-        name = data["name"]
-        chunks = [
-            {"type": chunk_type, "index": index, "id": call_id, "name": name, "argumentsDelta": a}
-            for a in payload
-        ]
-    else:
-        chunks = [
-            {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": a}
-            for a in payload
-        ]
-    return [
-        {
-            "type": _CHUNK,
-            "seq": seq,
-            "time": time,
-            "data": {"turn": turn, "step": step, "chunk": chunk},
-        }
-        for seq, time, chunk in zip(seqs, times, chunks, strict=True)
-    ]
+    # The read path's members, built frozen directly: the row was validated above, so
+    # a second snapshot walk per member would only repeat it.
+    events: list[SessionEvent] = []
+    push = events.append
+    for seq, time, chunk in zip(seqs, times, chunks, strict=True):
+        member = FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk))
+        member._shallow = True
+        push(make_event(_CHUNK, seq, time, member, None, None, False))
+    return events

@@ -356,20 +356,26 @@ class Ledger:
     async def close(self) -> None:
         """Flush every live session, then close the store. Idempotent.
 
-        If a flush fails the error is raised and the ledger stays open (its sessions and
-        their retained events included), so ``close()`` can be retried.
+        The ledger is closed even when a flush fails (a half-closed ledger would keep the
+        backend's threads and files alive): the first failure is raised afterwards, with
+        a note naming each session whose events could not be written. Those events are
+        lost; the stored prefix stays valid and is repaired on the next cold load. Call
+        ``flush`` first where a failed write must be retried.
         """
         if self._closed:
             return
+        self._closed = True
         failures: list[BaseException] = []
         for session in list(self._live.values()):
             try:
                 await self._plugins.flush(session)
             except Exception as error:
+                writer = self._writers.get(session)
+                error.add_note(
+                    f"session {session.id!r}: {writer.pending if writer else 0} committed "
+                    "events could not be written before the ledger closed"
+                )
                 failures.append(error)
-        if failures:
-            raise failures[0]
-        self._closed = True
         for session in list(self._live.values()):
             writer = self._writers.pop(session, None)
             if writer is not None:
@@ -378,6 +384,8 @@ class Ledger:
         self._live.clear()
         if self._persistence is not None:
             await self._persistence.close()
+        if failures:
+            raise failures[0]
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, NamedTuple, final
 
-from sessionledger.chunks import pack_chunk_runs, unpack_record
+from sessionledger.chunks import pack_chunk_runs, unpack_events
 from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
@@ -505,7 +505,7 @@ def _decode(record: RawRecord) -> list[SessionEvent] | str:
     if value is UNPARSABLE:
         return "not valid JSON"
     try:
-        return [SessionEvent.from_json(item) for item in unpack_record(value)]
+        return unpack_events(value)
     except LedgerError as error:
         return f"{error}"
     except (TypeError, ValueError) as error:

@@ -8,7 +8,7 @@ already ends balanced gets none.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sessionledger.events import APPEND, SessionEvent
@@ -99,6 +99,20 @@ def interrupted_turn_closers(
     Pure and idempotent: ``interrupted_turn_closers(log + closers) == []``, also after a
     ``session/end-seed`` is added behind them (the scan ignores it).
     """
+    # Only the last turn matters (turn/start resets the state, turn/end closes it), so
+    # find its boundary from the end: a balanced log costs a few steps, not a full pass.
+    log = events if isinstance(events, Sequence) else list(events)
+    start = None
+    for index in range(len(log) - 1, -1, -1):
+        kind = _fields(log[index])[0]
+        if kind == TURN_END:
+            return []
+        if kind == TURN_START:
+            start = index
+            break
+    if start is None:
+        return []
+    last_seq, last_time = _fields(log[-1])[1:3]
     turn_open = False
     turn: Any = None
     step_open = False
@@ -106,10 +120,8 @@ def interrupted_turn_closers(
     # Insertion order is the order of the tool-call blocks in the transcript; a block id
     # requested again keeps its position and forgets any recorded start.
     pending: dict[str, _Pending] = {}
-    last_seq: Any = None
-    last_time: Any = None
-    for event in events:
-        kind, last_seq, last_time, data = _fields(event)
+    for event in log[start:]:
+        kind, seq_of_event, _, data = _fields(event)
         if kind == TURN_START:
             turn_open, turn = True, _get(data, "turn")
             step_open, step = False, None
@@ -134,7 +146,7 @@ def interrupted_turn_closers(
             # (or without) the assistant message naming it is not a pending call.
             entry = pending.get(_call_id(_get(data, "callId")))
             if entry is not None:
-                entry.call_seq = last_seq
+                entry.call_seq = seq_of_event
         elif kind == TOOL_RESULT:
             pending.pop(_call_id(_get(_get(_get(data, "message"), "source"), "callId")), None)
     if not turn_open:

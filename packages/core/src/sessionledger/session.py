@@ -160,7 +160,22 @@ class Session:
         log = self._log
         surface = self._surface
         types = self._types
+        needs_checks = {
+            name for name, declared in types.items() if declared.validate is not None
+        } | SURFACE_TYPES
         for index, item in enumerate(seed):
+            if (
+                not copy
+                and type(item) is SessionEvent
+                and item.seq == index
+                and item.surface_op is None
+                and item.source_event_seqs is None
+                and item.type not in needs_checks
+            ):
+                # A stored event of a type with no registered check and no surface
+                # metadata (the bulk of a log: chunks, boundaries) needs nothing more.
+                log.append(item)
+                continue
             try:
                 if type(item) is SessionEvent and not copy:
                     event = item
