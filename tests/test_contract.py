@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import orjson
 import pytest
 
@@ -14,6 +15,7 @@ from sessionledger.persistence import SessionPersistence
 from sessionledger.testing.contract import PersistenceContract
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_jsonl.paths import encode_session_id
+from sessionledger_sqlite import SqlitePersistence
 
 
 class MemoryTamper:
@@ -70,6 +72,56 @@ def jsonl_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
     return lambda **options: JsonlPersistence(root, **options)
 
 
+def sqlite_path(backend: SessionPersistence) -> str:
+    assert isinstance(backend, SqlitePersistence)
+    return backend.path
+
+
+class SqliteTamper:
+    """Damage stored rows behind the backend's back, through a second connection.
+
+    A SQLite transaction cannot be torn by a crash, so a "torn tail" here is a committed
+    trailing row whose JSON does not parse: the nearest thing a bad medium or a foreign
+    writer can leave, and what the read path must treat the same way.
+    """
+
+    async def tear_tail(self, backend: SessionPersistence, session_id: str) -> None:
+        async with aiosqlite.connect(sqlite_path(backend), isolation_level=None) as db:
+            await db.execute_fetchall("BEGIN IMMEDIATE")
+            ((next_seq,),) = await db.execute_fetchall(
+                "SELECT next_seq FROM sessions WHERE id = ?", (session_id,)
+            )
+            await db.execute_fetchall(
+                "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
+                (session_id, next_seq, "assistant/chunk", 0, '{"turn":1,"step":'),
+            )
+            await db.execute_fetchall(
+                "UPDATE sessions SET next_seq = next_seq + 1, revision = revision + 1 WHERE id = ?",
+                (session_id,),
+            )
+            await db.execute_fetchall("COMMIT")
+
+    async def break_record(self, backend: SessionPersistence, session_id: str, index: int) -> None:
+        async with aiosqlite.connect(sqlite_path(backend), isolation_level=None) as db:
+            await db.execute_fetchall(
+                "UPDATE events SET data = substr(data, 1, length(data) - 3) || '?!' "
+                "WHERE session_id = ?1 AND seq = "
+                "(SELECT seq FROM events WHERE session_id = ?1 ORDER BY seq LIMIT 1 OFFSET ?2)",
+                (session_id, index),
+            )
+
+    async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
+        async with aiosqlite.connect(sqlite_path(backend), isolation_level=None) as db:
+            await db.execute_fetchall(
+                "UPDATE sessions SET version = ? WHERE id = ?", (version, session_id)
+            )
+
+
+def sqlite_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
+    path = tmp_path / "ledger.db"
+    return lambda **options: SqlitePersistence(path, **options)
+
+
 def memory_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
     store: MemoryStore = {}
     return lambda **options: MemoryPersistence(store=store, **options)
@@ -78,6 +130,7 @@ def memory_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:
 BACKENDS: dict[str, tuple[Callable[[Path], Callable[..., SessionPersistence]], Any]] = {
     "memory": (memory_factory, MemoryTamper()),
     "jsonl": (jsonl_factory, JsonlTamper()),
+    "sqlite": (sqlite_factory, SqliteTamper()),
 }
 
 

@@ -6,7 +6,7 @@ Use it from a test module::
 
     class TestMyBackendContract(PersistenceContract):
         @pytest.fixture
-        def ledger_backend_factory(self, tmp_path):
+        def backend_factory(self, tmp_path):
             return lambda **options: MyPersistence(tmp_path / "store", **options)
 
 The factory returns a *new* backend object over the *same* storage on every call (that
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import pytest
+import pytest_asyncio
 
 from sessionledger import jsoncodec
 from sessionledger.errors import (
@@ -107,28 +108,44 @@ class PersistenceContract:
         """Override to enable the torn-tail, corruption and version tests."""
         return None
 
+    @pytest_asyncio.fixture
+    async def backend_factory(
+        self, ledger_backend_factory: BackendFactory
+    ) -> AsyncIterator[BackendFactory]:
+        """The subclass's factory, with every backend it opened closed after the test."""
+        opened: list[SessionPersistence] = []
+
+        def open_backend(**options: Any) -> SessionPersistence:
+            backend = ledger_backend_factory(**options)
+            opened.append(backend)
+            return backend
+
+        yield open_backend
+        for backend in opened:
+            await backend.close()
+
     # -- create / append / load ---------------------------------------------------------
 
     @pytest.mark.asyncio
     async def test_round_trip_keeps_every_event_and_the_header(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         events = _log(turns=2)
         await _store(backend, "round", events)
         stored = await backend.load("round")
         assert stored.header == _header("round")
         assert _same(events, stored.events)
         await backend.close()
-        reopened = ledger_backend_factory()
+        reopened = backend_factory()
         assert _same(events, (await reopened.load("round")).events)
         await reopened.close()
 
     @pytest.mark.asyncio
     async def test_create_writes_nothing_until_the_first_append(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await backend.create(_header("lazy"))
         assert [header.id for header in await backend.list()] == []
         with pytest.raises(SessionNotFoundError):
@@ -141,24 +158,22 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_create_refuses_a_registered_or_stored_id(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await backend.create(_header("twice"))
         with pytest.raises(SessionExistsError):
             await backend.create(_header("twice"))
         await backend.append("twice", _log()[:2])
-        other = ledger_backend_factory()
+        other = backend_factory()
         with pytest.raises(SessionExistsError):
             await other.create(_header("twice"))
         await backend.close()
         await other.close()
 
     @pytest.mark.asyncio
-    async def test_append_accepts_envelope_dicts(
-        self, ledger_backend_factory: BackendFactory
-    ) -> None:
-        backend = ledger_backend_factory()
+    async def test_append_accepts_envelope_dicts(self, backend_factory: BackendFactory) -> None:
+        backend = backend_factory()
         events = _log()
         await backend.create(_header("dicts"))
         await backend.append("dicts", [event.to_json() for event in events])
@@ -167,9 +182,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_append_rejects_a_seq_that_does_not_continue_and_writes_nothing(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         events = _log()
         await _store(backend, "gap", events[:3])
         revision = await _revision(backend, "gap")
@@ -186,9 +201,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_append_rejects_non_json_data_and_writes_nothing(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         events = _log()
         await _store(backend, "nan", events)
         revision = await _revision(backend, "nan")
@@ -200,26 +215,26 @@ class PersistenceContract:
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_reopen_and_continue(self, ledger_backend_factory: BackendFactory) -> None:
+    async def test_reopen_and_continue(self, backend_factory: BackendFactory) -> None:
         events = _log(turns=2)
         split = _first_turn_end(events)
-        first = ledger_backend_factory()
+        first = backend_factory()
         await _store(first, "continue", events[:split])
         await first.close()
-        second = ledger_backend_factory()
+        second = backend_factory()
         await second.append("continue", events[split:])
         assert _same(events, (await second.load("continue")).events)
         await second.close()
 
     @pytest.mark.asyncio
     async def test_stale_writer_gets_a_typed_error_and_the_winner_is_untouched(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(turns=2)
         split = _first_turn_end(events)
-        winner = ledger_backend_factory()
+        winner = backend_factory()
         await _store(winner, "race", events[:split])
-        stale = ledger_backend_factory()
+        stale = backend_factory()
         if stale is winner:
             pytest.skip("the factory returns one shared instance; there is no second writer")
         await stale.load("race")
@@ -235,10 +250,10 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_load_closes_an_interrupted_turn_durably_and_only_once(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(open_call=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "open", events)
         before = await _revision(backend, "open")
         loaded = await backend.load("open")
@@ -251,7 +266,7 @@ class PersistenceContract:
         assert _same(events, loaded.events[: len(events)])
         after = await _revision(backend, "open")
         assert after != before
-        reopened = ledger_backend_factory()
+        reopened = backend_factory()
         again = await reopened.load("open")
         assert _same(loaded.events, again.events)
         assert await _revision(reopened, "open") == after
@@ -260,12 +275,12 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_a_call_never_recorded_is_closed_as_not_started(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         session = Session.create("ns", clock=_counter())
         closed_turn(session, 1)
         open_turn_with_pending_call(session, 2, call_recorded=False)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "ns", list(session.events))
         loaded = await backend.load("ns")
         result = loaded.events[session.seq]
@@ -276,10 +291,10 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_inspect_repairs_in_memory_and_never_writes(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(open_call=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "look", events)
         before = await _revision(backend, "look")
         view = await backend.inspect("look")
@@ -293,9 +308,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_a_balanced_log_loads_without_any_write(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "calm", _log())
         before = await _revision(backend, "calm")
         await backend.load("calm")
@@ -304,13 +319,13 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_append_to_an_interrupted_log_commits_the_repair_first(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(open_call=True)
-        first = ledger_backend_factory()
+        first = backend_factory()
         await _store(first, "adopt", events)
         await first.close()
-        second = ledger_backend_factory()
+        second = backend_factory()
         late = SessionEvent("x/note", len(events), 1, None)
         with pytest.raises(SeqMismatchError):
             await second.append("adopt", [late])
@@ -324,10 +339,10 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_read_from_returns_the_stored_suffix(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(turns=2)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "tail", events)
         for start in (0, 1, 5, len(events) - 1):
             assert _same(events[start:], await backend.read_from("tail", start))
@@ -340,13 +355,11 @@ class PersistenceContract:
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_read_from_inside_a_packed_run(
-        self, ledger_backend_factory: BackendFactory
-    ) -> None:
+    async def test_read_from_inside_a_packed_run(self, backend_factory: BackendFactory) -> None:
         session = Session.create("runs", clock=_counter())
         closed_turn(session, 1, answer="x" * 400)
         events = list(session.events)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "runs", events)
         chunk_seqs = [event.seq for event in events if event.type == "assistant/chunk"]
         middle = chunk_seqs[len(chunk_seqs) // 2]
@@ -355,9 +368,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_list_orders_by_created_at_then_id_and_reads_headers_only(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         for session_id, created in (("b", 5), ("a", 5), ("c", 1)):
             await backend.create(SessionHeader(id=session_id, created_at=created))
             await backend.append(session_id, _log()[:1])
@@ -369,10 +382,10 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_revision_changes_with_every_append_and_survives_reopen(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log()
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "rev", events[:3])
         seen = {await _revision(backend, "rev")}
         for seq in range(3, 6):
@@ -381,15 +394,15 @@ class PersistenceContract:
         assert len(seen) == 4
         last = await _revision(backend, "rev")
         await backend.close()
-        reopened = ledger_backend_factory()
+        reopened = backend_factory()
         assert await _revision(reopened, "rev") == last
         await reopened.close()
 
     @pytest.mark.asyncio
     async def test_delete_removes_a_session_and_frees_its_id(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "gone", _log())
         before = await _revision(backend, "gone")
         await backend.delete("gone")
@@ -405,8 +418,8 @@ class PersistenceContract:
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_locate_and_close(self, ledger_backend_factory: BackendFactory) -> None:
-        backend = ledger_backend_factory()
+    async def test_locate_and_close(self, backend_factory: BackendFactory) -> None:
+        backend = backend_factory()
         location = backend.locate(_header("where"))
         assert location is None or isinstance(location, str)
         await backend.close()
@@ -416,7 +429,7 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_packed_chunk_runs_read_back_exactly(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         session = Session.create("packed", clock=_counter())
         session.append("turn/start", {"turn": 1})
@@ -438,21 +451,19 @@ class PersistenceContract:
             session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": delta})
         session.append("step/end", {"turn": 1, "step": 1})
         session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "packed", list(session.events))
         assert _same(list(session.events), (await backend.load("packed")).events)
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_deeply_nested_data_round_trips(
-        self, ledger_backend_factory: BackendFactory
-    ) -> None:
+    async def test_deeply_nested_data_round_trips(self, backend_factory: BackendFactory) -> None:
         deep: Any = "leaf"
         for _ in range(10_000):
             deep = {"child": [deep]}
         session = Session.create("deep", clock=_counter())
         session.append("x/deep", deep, ignorable=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "deep", list(session.events))
         # Compare as bytes: == on 10,000 nested dicts would exhaust the C stack.
         loaded = (await backend.load("deep")).events[0]
@@ -461,11 +472,11 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_unknown_event_types_are_refused_unless_ignorable(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         wide = EventTypeRegistry.with_core()
         wide.register(EventType("x/custom"), plugin="test")
-        writer = ledger_backend_factory(event_types=wide)
+        writer = backend_factory(event_types=wide)
         session = Session.create("unknown", clock=_counter())
         session.append("x/custom", {"value": 1})
         await _store(writer, "unknown", list(session.events))
@@ -473,7 +484,7 @@ class PersistenceContract:
         kept.append("x/other", {"value": 2}, ignorable=True)
         await _store(writer, "kept", list(kept.events))
         await writer.close()
-        reader = ledger_backend_factory(event_types=EventTypeRegistry.with_core())
+        reader = backend_factory(event_types=EventTypeRegistry.with_core())
         with pytest.raises(FormatUnsupportedError) as refused:
             await reader.load("unknown")
         assert refused.value.code == "UNKNOWN_EVENT_TYPE"
@@ -488,12 +499,12 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_torn_tail_is_dropped_by_inspect_and_truncated_by_load(
-        self, ledger_backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
+        self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
     ) -> None:
         if ledger_backend_tamper is None:
             pytest.skip("backend offers no Tamper")
         events = _log(open_call=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "torn", events)
         await ledger_backend_tamper.tear_tail(backend, "torn")
         before = await _revision(backend, "torn")
@@ -502,17 +513,17 @@ class PersistenceContract:
         assert await _revision(backend, "torn") == before
         loaded = await backend.load("torn")
         assert _same(view.events, loaded.events)
-        assert _same(loaded.events, (await ledger_backend_factory().load("torn")).events)
+        assert _same(loaded.events, (await backend_factory().load("torn")).events)
         await backend.close()
 
     @pytest.mark.asyncio
     async def test_damage_after_the_last_turn_end_is_a_torn_tail(
-        self, ledger_backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
+        self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
     ) -> None:
         if ledger_backend_tamper is None:
             pytest.skip("backend offers no Tamper")
         events = _log(turns=1, open_call=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "tail", events[:1])
         for event in events[1:]:
             await backend.append("tail", [event])
@@ -524,12 +535,12 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_damage_inside_the_committed_region_is_corruption(
-        self, ledger_backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
+        self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
     ) -> None:
         if ledger_backend_tamper is None:
             pytest.skip("backend offers no Tamper")
         events = _log(turns=2)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "bad", events[:1])
         for event in events[1:]:
             await backend.append("bad", [event])
@@ -546,14 +557,14 @@ class PersistenceContract:
     @pytest.mark.parametrize(("version", "code"), [(2, "FORMAT_NEWER"), (0, "FORMAT_OLDER")])
     async def test_other_format_versions_are_refused_untouched(
         self,
-        ledger_backend_factory: BackendFactory,
+        backend_factory: BackendFactory,
         ledger_backend_tamper: Tamper | None,
         version: int,
         code: str,
     ) -> None:
         if ledger_backend_tamper is None:
             pytest.skip("backend offers no Tamper")
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "future", _log(open_call=True))
         await ledger_backend_tamper.set_version(backend, "future", version)
         before = await _revision(backend, "future")
@@ -568,34 +579,34 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_ledger_write_behind_makes_events_durable_on_flush(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             session = ledger.create("wb", cwd="/srv/project")
             closed_turn(session, 1)
             await ledger.flush(session)
-            stored = await ledger_backend_factory().load("wb")
+            stored = await backend_factory().load("wb")
             assert _same(list(session.events), stored.events)
             closed_turn(session, 2)
             expected = list(session.events)
         # leaving the context flushed the second turn
-        assert _same(expected, (await ledger_backend_factory().load("wb")).events)
+        assert _same(expected, (await backend_factory().load("wb")).events)
 
     @pytest.mark.asyncio
     async def test_ledger_resume_repairs_once_and_continues(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
         events = _log(open_call=True)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "resume", events)
         await backend.close()
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             session = await ledger.resume("resume")
             assert await ledger.resume("resume") is session
             assert session.events[len(events)].data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
             closed_turn(session, 3)
             expected = list(session.events)
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             again = await ledger.resume("resume")
             assert _same(expected, again.events[: len(expected)])
             # a resume of a log that does not end with the marker adds only the marker
@@ -603,12 +614,12 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_ledger_create_of_a_stored_id_fails_at_the_first_flush(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "taken", _log())
         await backend.close()
-        ledger = Ledger(persistence=ledger_backend_factory(), load_entrypoints=False)
+        ledger = Ledger(persistence=backend_factory(), load_entrypoints=False)
         session = ledger.create("taken")
         session.append("turn/start", {"turn": 1})
         with pytest.raises(SessionExistsError):
@@ -618,9 +629,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_ledger_flush_failure_is_raised_retained_and_retried(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         real_write = backend._write
         failures = [OSError(errno.EIO, "injected I/O error")]
 
@@ -638,14 +649,14 @@ class PersistenceContract:
         closed_turn(session, 2)
         await ledger.flush(session)
         await ledger.close()
-        stored = await ledger_backend_factory().load("retry")
+        stored = await backend_factory().load("retry")
         assert _same(list(session.events), stored.events)
 
     @pytest.mark.asyncio
     async def test_a_retried_batch_that_already_landed_is_not_duplicated(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         real_write = backend._write
         calls = 0
 
@@ -667,18 +678,16 @@ class PersistenceContract:
             await backend.append("landed", events[4:9])
         await backend.append("landed", events[4:9])
         await backend.append("landed", events[9:])
-        assert _same(events, (await ledger_backend_factory().load("landed")).events)
+        assert _same(events, (await backend_factory().load("landed")).events)
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_ledger_fork_of_a_stored_session(
-        self, ledger_backend_factory: BackendFactory
-    ) -> None:
+    async def test_ledger_fork_of_a_stored_session(self, backend_factory: BackendFactory) -> None:
         events = _log(turns=2)
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         await _store(backend, "parent", events)
         await backend.close()
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             boundary = next(e.seq for e in events if e.type == "turn/end")
             child = await ledger.fork("parent", boundary=boundary, child_id="child")
             assert child.header.parent_session == "parent"
@@ -686,28 +695,28 @@ class PersistenceContract:
             assert child.header.cwd == "/srv/project"
             assert _same(events[: boundary + 1], child.events[: boundary + 1])
             assert child.events[-1].type == "session/end-seed"
-        stored = await ledger_backend_factory().load("child")
+        stored = await backend_factory().load("child")
         assert _same(list(child.events), stored.events)
-        assert _same(events, (await ledger_backend_factory().load("parent")).events)
+        assert _same(events, (await backend_factory().load("parent")).events)
 
     @pytest.mark.asyncio
     async def test_ledger_compaction_survives_a_round_trip(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             session = ledger.create("compact")
             closed_turn(session, 1)
             compact(session)
             closed_turn(session, 2)
             messages = session.derive_messages()
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             resumed = await ledger.resume("compact")
             assert resumed.derive_messages() == messages
             assert resumed.surface.replace_generation == 1
 
     @pytest.mark.asyncio
-    async def test_ledger_delete(self, ledger_backend_factory: BackendFactory) -> None:
-        async with Ledger(persistence=ledger_backend_factory(), load_entrypoints=False) as ledger:
+    async def test_ledger_delete(self, backend_factory: BackendFactory) -> None:
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
             session = ledger.create("del")
             closed_turn(session, 1)
             await ledger.flush(session)
@@ -719,9 +728,9 @@ class PersistenceContract:
 
     @pytest.mark.asyncio
     async def test_concurrent_sessions_in_one_process(
-        self, ledger_backend_factory: BackendFactory
+        self, backend_factory: BackendFactory
     ) -> None:
-        backend = ledger_backend_factory()
+        backend = backend_factory()
         logs = {f"c{index}": _log(turns=2, seed=f"c{index}") for index in range(6)}
 
         async def write(session_id: str) -> None:
