@@ -13,18 +13,26 @@ import nox
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.default_venv_backend = "venv"
 
-#: The four distributions of the monorepo, installed together so their mutual
+#: The distributions of the monorepo, installed together so their mutual
 #: dependencies resolve to these sources.
 PACKAGES = [
     "./packages/core[cli,testing]",
     "./packages/persistence-jsonl",
     "./packages/persistence-sqlite",
+    "./packages/persistence-postgres",
     "./packages/invariants",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
 LINT_TOOLS = ["ruff==0.17.6"]
-TYPE_TOOLS = ["mypy==2.4.1", "pytest>=8", "hypothesis>=6.100", "aiosqlite>=0.20", "rich>=13"]
-SOURCES = ["packages", "tests", "bench", "examples", "noxfile.py"]
+TYPE_TOOLS = [
+    "mypy==2.4.1",
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "aiosqlite>=0.20",
+    "rich>=13",
+    "asyncpg-stubs>=0.29",
+]
+SOURCES = ["packages", "tests", "bench", "examples", "noxfile.py", "conftest.py"]
 
 
 @nox.session

@@ -1,0 +1,47 @@
+"""Test configuration for the whole repository (every package's tests and ``tests/``).
+
+- hypothesis profiles: ``dev`` (default) and ``ci`` (more examples; chosen by ``CI`` or
+  ``HYPOTHESIS_PROFILE``).
+- The invariants plugin is on for every test (SPEC §10: "the test suite runs with
+  invariants on"): every ledger gets an ``InvariantsPlugin`` unless the test carries the
+  ``invariants_off`` marker. Child processes inherit ``SESSIONLEDGER_INVARIANTS=1``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import sessionledger.ledger
+from sessionledger_invariants import InvariantsPlugin
+
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def invariants_on(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    if request.node.get_closest_marker("invariants_off"):
+        monkeypatch.setenv("SESSIONLEDGER_INVARIANTS", "0")
+        yield
+        return
+    monkeypatch.setenv("SESSIONLEDGER_INVARIANTS", "1")
+    original = sessionledger.ledger.make_plugin_manager
+
+    def with_invariants(plugins: Iterable[object] = (), *, load_entrypoints: bool = True) -> Any:
+        chosen = list(plugins)
+        if not any(isinstance(plugin, InvariantsPlugin) for plugin in chosen):
+            chosen.append(InvariantsPlugin())
+        return original(chosen, load_entrypoints=load_entrypoints)
+
+    monkeypatch.setattr(sessionledger.ledger, "make_plugin_manager", with_invariants)
+    yield
