@@ -1,10 +1,11 @@
 """Entry point of the ``sessionledger`` command (console script and ``python -m``).
 
-The one place where errors become exit codes: any ``LedgerError`` (unknown scheme,
-missing session, corrupt store, bad arguments) and any ``OSError`` (an unreadable path,
-a full disk) is a user-facing problem, printed as one line ``error: CODE: message`` on
-stderr with exit status 2, never as a traceback. Commands return 0, or 1 when they ran
-and found problems (``verify``, a failed ``copy`` check).
+The one place where errors become exit codes. Any ``LedgerError`` (unknown scheme,
+missing session, corrupt store), any ``CommandError`` of the command line itself (bad
+arguments, a failed demo) and any ``OSError`` (an unreadable path, a full disk) is
+printed as one line ``error: CODE: message`` on stderr with exit status 2, never as a
+traceback. Commands return 0, or 1 when they ran and found problems (``verify``, a
+failed ``copy`` check).
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ def _run(argv: Sequence[str] | None) -> int:
                 "the command line needs the cli extra: pip install 'sessionledger[cli]'",
             )
         raise
-    args = app.parse(argv)
-    command = app.command_function(args.command)
-    args.store_url = resolve_store_url(args.store) if args.command != "copy" else None
-    return asyncio.run(command(args))
+    try:
+        args = app.parse(argv)
+        command = app.command_function(args.command)
+        args.store_url = resolve_store_url(args.store) if args.command != "copy" else None
+        return asyncio.run(command(args))
+    except app.CommandError as error:
+        return _fail(error.code, str(error))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,9 +12,7 @@ import importlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-from sessionledger.errors import LedgerError
-
-__all__ = ["COMMANDS", "UsageError", "build_parser", "command_function"]
+__all__ = ["COMMANDS", "CommandError", "UsageError", "build_parser", "command_function", "parse"]
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -39,7 +37,18 @@ STORE_HELP = (
 )
 
 
-class UsageError(LedgerError):
+class CommandError(Exception):
+    """A failure of the command line itself, reported like a ``LedgerError``
+    (``error: CODE: message``, exit 2).
+
+    Deliberately not a ``LedgerError``: the library's error classes are the SPEC §16
+    table, and these never leave the command line.
+    """
+
+    code = "COMMAND"
+
+
+class UsageError(CommandError):
     """The command line itself is wrong (unknown command or option, missing argument)."""
 
     code = "USAGE"

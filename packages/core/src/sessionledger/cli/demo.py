@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -31,6 +32,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from sessionledger.cli.app import CommandError
 from sessionledger.cli.demo_agent import (
     PACKAGE_JSON,
     TURN_1_PROMPT,
@@ -48,8 +50,8 @@ from sessionledger.cli.render import (
     surface_op_text,
     surface_table,
 )
-from sessionledger.cli.stores import prepare_for_writing
-from sessionledger.errors import ConfigError, LedgerError
+from sessionledger.cli.stores import opened_ledger
+from sessionledger.errors import ConfigError, SessionExistsError, SessionNotFoundError
 from sessionledger.events import Replace, SessionEvent
 from sessionledger.ledger import Ledger
 from sessionledger.session import Session
@@ -61,10 +63,24 @@ __all__ = ["DemoError", "compact_turn", "demo"]
 CHILD_TIMEOUT_S: Final = 60.0
 
 
-class DemoError(LedgerError):
+#: Longest message text the demo prints (``transcript`` shows them whole).
+CLIP: Final = 240
+
+
+class DemoError(CommandError):
     """The demo could not play its script (its child process failed)."""
 
     code = "DEMO"
+
+
+async def _check_unused(ledger: Ledger, session_id: str) -> None:
+    # A stored id would only be refused at the first flush, after turn 1 has started.
+    assert ledger.persistence is not None
+    try:
+        await ledger.persistence.read_from(session_id, 0)
+    except SessionNotFoundError:
+        return
+    raise SessionExistsError("the store already has this session", session_id=session_id)
 
 
 def _read_file(workdir: Path) -> Any:
@@ -168,8 +184,26 @@ def _describe_closer(event: SessionEvent) -> str:
     return f"seq {event.seq} {event.type}"
 
 
+def command_prefix() -> str:
+    """Return how the user can run this command line again from the current directory.
+
+    ``sessionledger`` when that is what the shell finds; otherwise the console script of
+    this interpreter's environment (after ``nox -s demo`` it lives in ``.nox/demo/bin``).
+    """
+    script = Path(sys.executable).parent / "sessionledger"
+    found = shutil.which("sessionledger")
+    if found is not None and (not script.exists() or Path(found).resolve() == script.resolve()):
+        return "sessionledger"
+    if script.exists():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{shlex.quote(sys.executable)} -m sessionledger"
+
+
 def _next_commands(console: Console, args: argparse.Namespace, session: Session, at: int) -> None:
-    prefix = "sessionledger"
+    prefix = command_prefix()
     if args.store is not None:
         prefix += f" --store {shlex.quote(args.store)}"
     sid = shlex.quote(session.id)
@@ -196,7 +230,6 @@ async def demo(args: argparse.Namespace) -> int:
             "the demo's second turn runs in another process, which cannot see a memory: "
             "store; use sqlite:PATH or jsonl:DIR"
         )
-    prepare_for_writing(url)
     console = make_console()
     session_id: str = args.session or f"demo-{uuid.uuid4().hex[:8]}"
 
@@ -210,13 +243,14 @@ async def demo(args: argparse.Namespace) -> int:
         (workdir / "package.json").write_bytes(
             orjson.dumps(PACKAGE_JSON, option=orjson.OPT_INDENT_2)
         )
-        async with Ledger.open(url, plugins=demo_plugins()) as ledger:
+        async with opened_ledger(url, plugins=demo_plugins()) as ledger:
+            await _check_unused(ledger, session_id)
             session = ledger.create(
                 session_id, cwd=str(workdir.resolve()), title="demo: summarise package.json"
             )
             output = await _play_turn_1(ledger, session, args.seed, workdir, say)
         await _crash_turn_2(url, session_id, args.seed, say)
-        async with Ledger.open(url, plugins=demo_plugins()) as ledger:
+        async with opened_ledger(url, plugins=demo_plugins()) as ledger:
             assert ledger.persistence is not None
             stored = len(await ledger.persistence.read_from(session_id, 0))
             session = await ledger.resume(session_id)
@@ -244,9 +278,9 @@ async def demo(args: argparse.Namespace) -> int:
             console.print(surface_table(events, before, title="before the compaction"))
             console.print(surface_table(events, session.surface.nodes, title="after"))
             console.rule("Derived messages (what the model sees next)")
-            console.print(message_table(session.derive_messages()))
+            console.print(message_table(session.derive_messages(), clip=CLIP))
             console.rule("Transcript (what the user saw)")
-            console.print(message_table(session.transcript()))
+            console.print(message_table(session.transcript(), clip=CLIP))
             console.rule("Provenance of each surface node")
             console.print(provenance_table(events, session.surface.nodes))
             _next_commands(console, args, session, summary.seq - 1)

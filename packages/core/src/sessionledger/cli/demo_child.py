@@ -24,7 +24,7 @@ from sessionledger.cli.demo_agent import (
     DemoHarness,
     ScriptedModel,
 )
-from sessionledger.ledger import Ledger
+from sessionledger.cli.stores import opened_ledger
 from sessionledger.vocabulary import TURN_START
 
 __all__ = ["READY_MARKER", "demo_plugins", "main"]
@@ -57,7 +57,7 @@ async def _run_command(arguments: Mapping[str, Any]) -> str:
 
 async def run(store: str, session_id: str, seed: int) -> None:
     """Resume *session_id* and play turn 2 up to the running tool."""
-    async with Ledger.open(store, plugins=demo_plugins()) as ledger:
+    async with opened_ledger(store, plugins=demo_plugins()) as ledger:
         session = await ledger.resume(session_id)
         turn = 1 + sum(1 for event in session.events if event.type == TURN_START)
         _say(f"resumed {session_id} at seq {session.seq} (pid of this process: {os.getpid()})")

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib.metadata
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
@@ -56,7 +57,7 @@ __all__ = [
 WIDE_LS = 100
 
 
-def open_turn(events: list[SessionEvent]) -> int | None:
+def open_turn(events: Sequence[SessionEvent]) -> int | None:
     """Return the number of the turn the log leaves open, or None."""
     for event in reversed(events):
         if event.type == TURN_END:
@@ -264,7 +265,8 @@ async def stats(args: argparse.Namespace) -> int:
     console.print(table)
     span = (events[-1].time - events[0].time) / 1000 if events else 0.0
     lines = [
-        f"surface: {len(fold.nodes)} nodes, {len(fold.replacements)} replacements",
+        f"surface: {plural(len(fold.nodes), 'node')}, "
+        f"{plural(len(fold.replacements), 'replacement')}",
         f"span: {span:.3f} s",
         f"stored as one envelope per line: {plain:,} bytes",
         f"with chunk runs packed into rows: {packed:,} bytes in {len(packed_records)} records",

@@ -55,13 +55,14 @@ async def _write_copy(target: SessionPersistence, stored: StoredSession) -> None
 
 
 async def copy(args: argparse.Namespace) -> int:
-    """``copy --from URL --to URL [ID ...]``: copy sessions (all by default), then read
-    every copy back and compare it event for event with the source.
+    """``copy --from URL --to URL [ID ...]``: copy sessions (all by default), reading each
+    copy back and comparing it event for event (``to_json()``) with what was read.
 
     Each session is copied as a resume would see it (``inspect``: a torn tail dropped, an
     interrupted turn closed), so the copy is a clean, closed log. An id that already
     exists in the destination stops the command before anything is written, unless
-    ``--skip-existing`` leaves those sessions out.
+    ``--skip-existing`` leaves those sessions out. A source session that cannot be read
+    stops the command (exit 2) with the sessions before it copied and verified.
     """
     if args.source == args.target:
         raise ConfigError("--from and --to name the same store")
@@ -90,22 +91,18 @@ async def copy(args: argparse.Namespace) -> int:
         with _progress() as progress:
             task = progress.add_task("copying", total=len(todo))
             for session_id in todo:
+                # Each session is read back and compared as soon as it is written, so a
+                # failure later on leaves only verified copies behind.
                 progress.update(task, description=f"copying {session_id}")
                 stored = await source.inspect(session_id)
                 await _write_copy(target, stored)
-                copied_events += len(stored.events)
-                progress.advance(task)
-            progress.update(task, description="copied")
-            check = progress.add_task("verifying", total=len(todo))
-            for session_id in todo:
-                progress.update(check, description=f"verifying {session_id}")
-                difference = first_difference(
-                    await source.inspect(session_id), await target.inspect(session_id)
-                )
+                progress.update(task, description=f"verifying {session_id}")
+                difference = first_difference(stored, await target.inspect(session_id))
                 if difference is not None:
                     mismatches.append((session_id, difference))
-                progress.advance(check)
-            progress.update(check, description="verified")
+                copied_events += len(stored.events)
+                progress.advance(task)
+            progress.update(task, description="copied and verified")
     if args.json:
         write_json(
             {

@@ -370,8 +370,13 @@ def surface_table(
     return table
 
 
-def message_table(messages: Sequence[Any], *, title: str | None = None) -> Table:
-    """Return messages (derived or transcript) as a table: role, source, content."""
+def message_table(
+    messages: Sequence[Any], *, title: str | None = None, clip: int | None = None
+) -> Table:
+    """Return messages (derived or transcript) as a table: role, source, content.
+
+    With *clip*, each text is flattened to one paragraph of at most *clip* characters.
+    """
     table = Table(title=title, title_justify="left", header_style="bold", expand=False)
     table.add_column("#", justify="right")
     table.add_column("role", no_wrap=True)
@@ -385,7 +390,7 @@ def message_table(messages: Sequence[Any], *, title: str | None = None) -> Table
             str(position),
             str(_get(message, "role")),
             f"{origin} {detail}" if detail else origin,
-            Text(message_text(message)),
+            Text(message_text(message) if clip is None else _clip(message_text(message), clip)),
         )
     return table
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sessionledger.errors import ConfigError
-from sessionledger.ledger import open_store
+from sessionledger.ledger import Ledger, open_store
 from sessionledger.persistence import SessionPersistence
 
 __all__ = [
     "STORE_ENV",
     "default_store_path",
     "default_store_url",
+    "opened_ledger",
     "opened_store",
     "prepare_for_writing",
     "resolve_store_url",
@@ -105,3 +106,22 @@ async def opened_store(url: str, *, must_exist: bool = True) -> AsyncIterator[Se
         yield store
     finally:
         await store.close()
+
+
+@asynccontextmanager
+async def opened_ledger(url: str, *, plugins: Iterable[object] = ()) -> AsyncIterator[Ledger]:
+    """Open a ``Ledger`` on *url* for one command; its store is closed on the way out even
+    when the final flush fails.
+
+    ``Ledger.close()`` stays open after a failed flush so that it can be retried; a command
+    that is about to exit has nothing to retry, and an open backend (an aiosqlite worker
+    thread) would keep the process from exiting.
+    """
+    prepare_for_writing(url)
+    ledger = Ledger.open(url, plugins=plugins)
+    try:
+        yield ledger
+        await ledger.close()
+    finally:
+        if ledger.persistence is not None:
+            await ledger.persistence.close()

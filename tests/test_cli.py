@@ -1,0 +1,428 @@
+"""The ``sessionledger`` command line, run as a real subprocess against real stores.
+
+Every command goes through ``python -m sessionledger`` (or the console script) on a
+SQLite file or a JSONL directory under ``tmp_path``; ``XDG_DATA_HOME`` points into
+``tmp_path`` so the default store never touches the real home directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from sessionledger import Ledger, SessionEvent, SessionHeader, thaw
+from sessionledger.ledger import open_store
+from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
+
+BACKENDS = ("sqlite", "jsonl")
+
+
+@dataclasses.dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.out)
+
+    def jsonl(self) -> list[Any]:
+        return [orjson.loads(line) for line in self.out.splitlines()]
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SESSIONLEDGER_STORE", None)
+    env.update(XDG_DATA_HOME=str(tmp_path / "xdg"), COLUMNS="200", PYTHONIOENCODING="utf-8")
+    return env
+
+
+def run_cli(env: dict[str, str], *args: str, command: list[str] | None = None) -> Run:
+    done = subprocess.run(
+        [*(command or [sys.executable, "-m", "sessionledger"]), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        check=False,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def assert_user_error(result: Run, code: str) -> None:
+    """Exit 2, exactly one stderr line naming the code, and no traceback."""
+    assert result.code == 2, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith(f"error: {code}: "), result.err
+    assert "Traceback" not in result.err
+
+
+def store_url(kind: str, tmp_path: Path, name: str = "store") -> str:
+    return f"sqlite:{tmp_path / (name + '.db')}" if kind == "sqlite" else f"jsonl:{tmp_path / name}"
+
+
+async def fill_store(url: str) -> None:
+    """Write a closed, compacted session and one whose second turn was cut mid-tool."""
+    async with Ledger.open(url) as ledger:
+        closed = ledger.create("closed-1", cwd="/srv/app", title="two turns, compacted")
+        closed_turn(closed, 1)
+        closed_turn(closed, 2, prompt="and now?", answer="all done")
+        compact(closed)
+        crashed = ledger.create("crashed-1", cwd="/srv/app", title="cut mid-tool")
+        closed_turn(crashed, 1)
+        open_turn_with_pending_call(crashed, 2)
+
+
+async def stored_events(url: str, session_id: str) -> list[dict[str, Any]]:
+    store = open_store(url)
+    try:
+        return [thaw(event.to_json()) for event in await store.read_from(session_id, 0)]
+    finally:
+        await store.close()
+
+
+def store_bytes(url: str) -> dict[str, bytes]:
+    """Every file behind a local store, by relative path (for 'nothing was written')."""
+    root = Path(url.partition(":")[2])
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root.parent)): p.read_bytes() for p in files}
+
+
+# -- the demo --------------------------------------------------------------------------
+
+
+def test_demo_crashes_repairs_and_compacts_on_the_default_store(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = run_cli(cli_env, "demo", "--session", "demo-test")
+    assert result.code == 0, result.err
+    out = result.out
+    for expected in (
+        "killed pid",
+        "SIGKILL",
+        "TOOL_OUTCOME_UNKNOWN",
+        "turn/end (interrupted)",
+        "compacted turn 1",
+        "The event log",
+        "before the compaction",
+        "Derived messages",
+        "Transcript",
+        "Provenance",
+        "sessionledger show demo-test",
+    ):
+        assert expected in out, expected
+    database = tmp_path / "xdg" / "sessionledger" / "ledger.db"
+    assert database.is_file()
+
+    verified = run_cli(cli_env, "verify", "--json")
+    assert verified.code == 0, verified.out
+    report = verified.json()
+    assert report["ok"] is True
+    assert report["invariantsChecked"] is True
+    assert [session["id"] for session in report["sessions"]] == ["demo-test"]
+
+    events = run_cli(cli_env, "show", "demo-test", "--json").jsonl()
+    assert [event["seq"] for event in events] == list(range(len(events)))
+    call = next(e for e in events if e["type"] == "tool/call" and e["data"]["turn"] == 2)
+    repaired = next(e for e in events if e["type"] == "tool/result" and e["data"]["turn"] == 2)
+    assert repaired["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert repaired["sourceEventSeqs"] == [call["seq"]]
+    ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+    assert ends == ["completed", "interrupted"]
+    summary = events[-1]
+    assert summary["type"] == "user/message"
+    assert summary["data"]["source"] == {"kind": "plugin", "plugin": "compaction"}
+    shadowed = summary["sourceEventSeqs"]
+    assert summary["surfaceOp"] == {"op": "replace", "start": shadowed[0], "end": shadowed[-1]}
+    assert [events[seq]["type"] for seq in shadowed] == [
+        "user/message",
+        "assistant/message",
+        "tool/result",
+        "assistant/message",
+    ]
+    # Every assistant message cites exactly the chunks of its step.
+    for message in (e for e in events if e["type"] == "assistant/message"):
+        cited = {events[seq]["type"] for seq in message["sourceEventSeqs"]}
+        assert cited == {"assistant/chunk"}
+
+    history = run_cli(cli_env, "messages", "demo-test", "--json").json()
+    assert history[0]["id"] == "summary-turn-1"
+    assert history[-1]["content"][0]["isError"] is True
+
+    # The same id again is refused before anything is written (and the process exits).
+    assert_user_error(run_cli(cli_env, "demo", "--session", "demo-test"), "SESSION_ALREADY_EXISTS")
+    assert run_cli(cli_env, "show", "demo-test", "--json").jsonl() == events
+
+
+def test_demo_runs_on_a_jsonl_store_through_the_console_script(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
+    assert script is not None, "the console script is not installed"
+    url = f"jsonl:{tmp_path / 'sessions'}"
+    result = run_cli(cli_env, "demo", "--store", url, command=[script])
+    assert result.code == 0, result.err
+    assert "TOOL_OUTCOME_UNKNOWN" in result.out
+    assert f"sessionledger --store {url} show demo-" in result.out
+    assert list((tmp_path / "sessions").rglob("session.jsonl"))
+    assert run_cli(cli_env, "--store", url, "verify", command=[script]).code == 0
+    assert not (tmp_path / "xdg").exists()  # --store given: the default store is untouched
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_read_commands_show_the_store_and_their_json_parses_back(
+    kind: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url(kind, tmp_path)
+    await fill_store(url)
+    before = store_bytes(url)
+
+    listed = run_cli(cli_env, "ls", "--json", "--store", url).json()
+    assert [row["id"] for row in listed] == ["closed-1", "crashed-1"]
+    assert [row["openTurn"] for row in listed] == [None, 2]
+    assert listed[0]["title"] == "two turns, compacted"
+    assert listed[0]["events"] == len(await stored_events(url, "closed-1"))
+
+    table = run_cli(cli_env, "--store", url, "ls")
+    assert "closed-1" in table.out
+    assert "turn 2 open" in table.out
+
+    shown = run_cli(cli_env, "--store", url, "show", "crashed-1", "--json")
+    assert shown.jsonl() == await stored_events(url, "crashed-1")
+    human = run_cli(cli_env, "--store", url, "show", "crashed-1")
+    assert "tool/call" in human.out
+    assert "turn 2 is open" in human.out
+    every_chunk = run_cli(cli_env, "--store", url, "show", "closed-1", "--chunks")
+    assert every_chunk.out.count("assistant/chunk") > 10
+
+    openai = run_cli(cli_env, "--store", url, "messages", "crashed-1", "--format", "openai")
+    roles = [message["role"] for message in openai.json()]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
+    anthropic = run_cli(cli_env, "--store", url, "messages", "crashed-1", "--format", "anthropic")
+    assert anthropic.json()["messages"][-1]["content"][0]["type"] == "tool_result"
+    compacted = run_cli(cli_env, "--store", url, "messages", "closed-1", "--json").json()
+    assert len(compacted) == 1
+    assert compacted[0]["source"]["plugin"] == "compaction"
+    earlier = run_cli(cli_env, "--store", url, "messages", "closed-1", "--at", "5", "--json")
+    assert [message["role"] for message in earlier.json()] == ["user"]
+    beyond = run_cli(cli_env, "--store", url, "messages", "closed-1", "--at", "9999")
+    assert_user_error(beyond, "CONFIG")
+
+    seen = run_cli(cli_env, "--store", url, "transcript", "closed-1", "--json").json()
+    assert len(seen) == 8  # both turns as the user saw them; the summary is not shown
+    assert "compaction" not in run_cli(cli_env, "--store", url, "transcript", "closed-1").out
+
+    stats = run_cli(cli_env, "--store", url, "stats", "closed-1", "--json").json()
+    assert sum(stats["eventsByType"].values()) == stats["events"] == listed[0]["events"]
+    assert stats["surfaceNodes"] == 1
+    assert stats["replacements"] == 1
+    assert stats["packedBytes"] < stats["jsonlBytes"]
+    assert stats["packingRatio"] > 1
+    assert "packing ratio" in run_cli(cli_env, "--store", url, "stats", "closed-1").out
+
+    dry = run_cli(cli_env, "--store", url, "repair", "crashed-1", "--dry-run", "--json").json()
+    assert [event["type"] for event in dry["appended"]] == ["tool/result", "step/end", "turn/end"]
+
+    verified = run_cli(cli_env, "--store", url, "verify")
+    assert verified.code == 0
+    assert "turn 2 is open" in verified.out
+    assert store_bytes(url) == before  # nothing above wrote to the store
+
+
+def test_catalog_lists_core_types_plugins_and_schemes(cli_env: dict[str, str]) -> None:
+    catalog = run_cli(cli_env, "catalog", "--json").json()
+    types = {row["type"]: row for row in catalog["eventTypes"]}
+    assert types["turn/start"]["plugin"] == "sessionledger"
+    assert types["user/message"]["surface"] is True
+    assert types["tool/result"]["validated"] is True
+    assert {"memory", "sqlite", "jsonl"} <= set(catalog["storeSchemes"])
+    human = run_cli(cli_env, "catalog")
+    assert "assistant/chunk" in human.out
+    assert "sqlite:" in human.out
+    assert not (Path(cli_env["XDG_DATA_HOME"]) / "sessionledger").exists()
+
+
+# -- checking and repairing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_repair_commits_the_closers_once(
+    kind: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url(kind, tmp_path)
+    await fill_store(url)
+    repaired = run_cli(cli_env, "--store", url, "repair", "crashed-1")
+    assert repaired.code == 0
+    assert "appended 3 closing events" in repaired.out
+    assert "TOOL_OUTCOME_UNKNOWN" in repaired.out
+    events = await stored_events(url, "crashed-1")
+    assert events[-1]["data"]["reason"] == {"kind": "interrupted"}
+    again = run_cli(cli_env, "--store", url, "repair", "crashed-1", "--json").json()
+    assert again["appended"] == []
+    assert "nothing to repair" in run_cli(cli_env, "--store", url, "repair", "crashed-1").out
+
+
+async def test_verify_fails_on_a_damaged_jsonl_line(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    await fill_store(url)
+    (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
+    lines = log.read_bytes().split(b"\n")
+    lines[3] = lines[3][:-5] + b"#!?"  # inside the committed region (turns follow it)
+    log.write_bytes(b"\n".join(lines))
+
+    result = run_cli(cli_env, "--store", url, "verify")
+    assert result.code == 1
+    assert "✗ closed-1" in result.out
+    assert "CORRUPT" in result.out
+    assert "✓ crashed-1" in result.out
+    report = run_cli(cli_env, "--store", url, "verify", "--json").json()
+    assert report["ok"] is False
+    broken = {session["id"]: session for session in report["sessions"]}["closed-1"]
+    assert broken["problems"][0]["rule"] == "CORRUPT"
+    # Reading a corrupt log is a user-facing error: one line, exit 2.
+    assert_user_error(run_cli(cli_env, "--store", url, "show", "closed-1"), "CORRUPT")
+    # ls still lists every session and says which one is unreadable.
+    listed = run_cli(cli_env, "--store", url, "ls", "--json").json()
+    assert [row["problem"] is not None for row in listed] == [True, False]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_verify_reports_invariant_violations_written_through_a_backend(
+    kind: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url(kind, tmp_path)
+    await fill_store(url)
+    store = open_store(url)
+    try:
+        await store.create(SessionHeader(id="skips-a-turn", created_at=1_700_000_000_000))
+        await store.append(
+            "skips-a-turn",
+            [
+                SessionEvent("turn/start", 0, 1_700_000_000_001, {"turn": 1}),
+                SessionEvent(
+                    "turn/end", 1, 1_700_000_000_002, {"turn": 1, "reason": {"kind": "completed"}}
+                ),
+                SessionEvent("turn/start", 2, 1_700_000_000_003, {"turn": 3}),
+                SessionEvent("step/end", 3, 1_700_000_000_004, {"turn": 3, "step": 1}),
+                SessionEvent(
+                    "turn/end", 4, 1_700_000_000_005, {"turn": 3, "reason": {"kind": "completed"}}
+                ),
+            ],
+        )
+    finally:
+        await store.close()
+
+    only = run_cli(cli_env, "--store", url, "verify", "skips-a-turn")
+    assert only.code == 1
+    assert "turn-number" in only.out
+    report = run_cli(cli_env, "--store", url, "verify", "--all", "--json")
+    assert report.code == 1
+    sessions = {session["id"]: session for session in report.json()["sessions"]}
+    assert sessions["closed-1"]["ok"]
+    assert sessions["crashed-1"]["ok"]
+    rules = [(problem["seq"], problem["rule"]) for problem in sessions["skips-a-turn"]["problems"]]
+    assert (2, "turn-number") in rules
+    assert any(seq == 3 for seq, _ in rules)
+
+
+# -- moving ----------------------------------------------------------------------------
+
+
+async def test_copy_round_trips_sqlite_to_jsonl_to_sqlite(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    first = store_url("sqlite", tmp_path, "first")
+    middle = store_url("jsonl", tmp_path, "middle")
+    last = store_url("sqlite", tmp_path, "last")
+    await fill_store(first)
+
+    there = run_cli(cli_env, "copy", "--from", first, "--to", middle)
+    assert there.code == 0, there.err
+    assert "verified 2 sessions event-for-event" in there.out
+    assert "copied" in there.err  # the progress bar goes to stderr
+    back = run_cli(cli_env, "copy", "--from", middle, "--to", last, "--json")
+    assert back.code == 0
+    assert back.json()["copied"] == ["closed-1", "crashed-1"]
+    assert back.json()["verified"] is True
+
+    assert await stored_events(last, "closed-1") == await stored_events(first, "closed-1")
+    # A copy is the session as a resume sees it: the interrupted turn arrives closed.
+    crashed = await stored_events(last, "crashed-1")
+    original = await stored_events(first, "crashed-1")
+    assert crashed[: len(original)] == original
+    assert crashed[-1]["type"] == "turn/end"
+    headers = run_cli(cli_env, "--store", last, "ls", "--json").json()
+    assert headers[0]["title"] == "two turns, compacted"
+
+    clash = run_cli(cli_env, "copy", "--from", first, "--to", last, "closed-1")
+    assert_user_error(clash, "SESSION_ALREADY_EXISTS")
+    skipped = run_cli(cli_env, "copy", "--from", first, "--to", last, "--skip-existing", "--json")
+    assert skipped.code == 0
+    assert skipped.json()["skipped"] == ["closed-1", "crashed-1"]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_delete_removes_a_session(kind: str, cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = store_url(kind, tmp_path)
+    await fill_store(url)
+    assert run_cli(cli_env, "--store", url, "delete", "closed-1").code == 0
+    assert [row["id"] for row in run_cli(cli_env, "--store", url, "ls", "--json").json()] == [
+        "crashed-1"
+    ]
+    assert_user_error(run_cli(cli_env, "--store", url, "delete", "closed-1"), "SESSION_NOT_FOUND")
+
+
+# -- store selection and user mistakes --------------------------------------------------
+
+
+async def test_store_comes_from_option_before_or_after_or_the_environment(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("sqlite", tmp_path)
+    await fill_store(url)
+    before = run_cli(cli_env, "--store", url, "ls", "--json").json()
+    after = run_cli(cli_env, "ls", "--json", "--store", url).json()
+    from_env = run_cli({**cli_env, "SESSIONLEDGER_STORE": url}, "ls", "--json").json()
+    assert before == after == from_env
+    assert len(before) == 2
+    empty = run_cli(cli_env, "ls")  # the default store does not exist yet: nothing to list
+    assert empty.code == 0
+    assert "no sessions" in empty.out
+    assert not (tmp_path / "xdg" / "sessionledger").exists()
+
+
+def test_user_mistakes_are_one_line_and_exit_2(cli_env: dict[str, str], tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database\n" * 100)
+    existing = store_url("jsonl", tmp_path, "empty")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (("--store", "nope:somewhere", "ls"), "CONFIG"),
+        (("--store", existing, "show", "no-such-session"), "SESSION_NOT_FOUND"),
+        (("--store", existing, "verify", "no-such-session"), "SESSION_NOT_FOUND"),
+        (("--store", f"sqlite:{garbage}", "ls"), "FOREIGN_STORE"),
+        (("--store", f"sqlite:{tmp_path / 'missing.db'}", "show", "x"), "CONFIG"),
+        (("--store", "memory:demo", "demo"), "CONFIG"),
+        ((), "USAGE"),
+        (("show",), "USAGE"),
+        (("ls", "--bogus"), "USAGE"),
+    ]
+    for args, code in cases:
+        assert_user_error(run_cli(cli_env, *args), code)
+    assert not (tmp_path / "missing.db").exists()

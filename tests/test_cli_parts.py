@@ -1,0 +1,175 @@
+"""The command line's building blocks, in process: parser, store selection, rendering
+helpers, and the demo's scripted model and harness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sessionledger import Ledger
+from sessionledger.cli import app
+from sessionledger.cli.demo import compact_turn
+from sessionledger.cli.demo_agent import (
+    PACKAGE_JSON,
+    TURN_1_PROMPT,
+    TURN_1_STEP_1,
+    DemoHarness,
+    ScriptedModel,
+    StepScript,
+    ToolCallPlan,
+    summarise_package,
+    turn_1_answer,
+)
+from sessionledger.cli.render import describe_sources, event_preview, seq_ranges
+from sessionledger.cli.stores import default_store_path, default_store_url, store_is_missing
+from sessionledger_invariants import InvariantsPlugin, check_log
+
+
+def test_store_option_parses_before_or_after_the_command() -> None:
+    before = app.parse(["--store", "jsonl:a", "show", "x"])
+    after = app.parse(["show", "x", "--store", "jsonl:a"])
+    neither = app.parse(["show", "x"])
+    assert before.store == after.store == "jsonl:a"
+    assert neither.store is None
+    with pytest.raises(app.UsageError, match="unrecognized arguments"):
+        app.parse(["ls", "--nope"])
+    with pytest.raises(app.UsageError):
+        app.parse(["messages", "x", "--format", "xml"])
+
+
+def test_default_store_follows_xdg_and_the_environment(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    assert default_store_path(env) == tmp_path / "sessionledger" / "ledger.db"
+    assert default_store_url(env) == f"sqlite:{tmp_path / 'sessionledger' / 'ledger.db'}"
+    relative = default_store_path({"XDG_DATA_HOME": "relative/dir"})
+    assert relative == Path.home() / ".local" / "share" / "sessionledger" / "ledger.db"
+    assert default_store_url({**env, "SESSIONLEDGER_STORE": "jsonl:/srv/s"}) == "jsonl:/srv/s"
+    assert store_is_missing(f"sqlite:{tmp_path / 'none.db'}")
+    assert not store_is_missing(f"jsonl:{tmp_path}")
+    assert not store_is_missing("memory:x")
+    assert not store_is_missing("sqlite::memory:")
+
+
+def test_seq_ranges_collapse_consecutive_runs() -> None:
+    assert seq_ranges([]) == ""
+    assert seq_ranges([4]) == "4"
+    assert seq_ranges([4, 5]) == "4, 5"
+    assert seq_ranges([1, 2, 3, 7, 9, 10, 11]) == "1-3, 7, 9-11"
+
+
+@given(st.text(max_size=200), st.integers(0, 2**32))
+def test_scripted_tokens_concatenate_to_the_text(text: str, seed: int) -> None:
+    pieces = ScriptedModel(seed).tokens(text)
+    assert "".join(pieces) == text
+    assert all(pieces)
+    assert pieces == ScriptedModel(seed).tokens(text)
+
+
+async def _stream(seed: int, script: StepScript) -> list[dict[str, Any]]:
+    model = ScriptedModel(seed, min_gap_ms=0, max_gap_ms=0)
+    return [chunk async for chunk in model.stream(script)]
+
+
+async def test_scripted_model_streams_the_script_deterministically() -> None:
+    chunks = await _stream(3, TURN_1_STEP_1)
+    assert chunks == await _stream(3, TURN_1_STEP_1)
+    reasoning = "".join(c["text"] for c in chunks if c["type"] == "reasoning-delta")
+    assert reasoning == TURN_1_STEP_1.reasoning
+    call = TURN_1_STEP_1.tool_calls[0]
+    deltas = [c for c in chunks if c["type"] == "tool-call-delta"]
+    assert "".join(c["argumentsDelta"] for c in deltas) == call.arguments
+    assert [("name" in c) for c in deltas] == [True] + [False] * (len(deltas) - 1)
+    ends = [c["block"] for c in chunks if c["type"] == "block-end"]
+    assert ends[-1] == {
+        "type": "tool-call",
+        "id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+    assert chunks[-1] == {"type": "finish", "reason": "tool-calls"}
+    assert chunks[-2]["usage"]["outputTokens"] == len(
+        [c for c in chunks if c["type"].endswith("-delta")]
+    )
+
+
+def test_summary_names_the_package_and_survives_bad_input() -> None:
+    import orjson
+
+    summary = summarise_package(orjson.dumps(PACKAGE_JSON).decode())
+    assert summary.startswith("tiny-weather 1.2.0: ")
+    assert "vitest" in summary
+    assert "not valid JSON" in summarise_package("{")
+    assert "JSON object" in summarise_package("[1]")
+
+
+async def test_demo_harness_records_provenance_that_passes_the_invariants() -> None:
+    async def read_file(arguments: Any) -> str:
+        assert arguments == {"path": "package.json"}
+        import orjson
+
+        return orjson.dumps(PACKAGE_JSON).decode()
+
+    lines: list[str] = []
+    async with Ledger.open("memory:", plugins=[InvariantsPlugin()], write_delay_ms=0) as ledger:
+        session = ledger.create("harness")
+        model = ScriptedModel(1, min_gap_ms=0, max_gap_ms=0)
+        harness = DemoHarness(ledger, session, model, {"read_file": read_file}, lines.append)
+        harness.start_turn(1, TURN_1_PROMPT, reason="initial")
+        first = await harness.model_step(1, 1, TURN_1_STEP_1)
+        result = await harness.run_tool(1, 1, TURN_1_STEP_1.tool_calls[0])
+        harness.end_step(1, 1)
+        output = result.data["message"]["content"][0]["content"][0]["text"]
+        answer = await harness.model_step(1, 2, turn_1_answer(output))
+        harness.end_step(1, 2)
+        await harness.end_turn(1)
+        events = session.events
+        assert check_log(events) == []
+        for message in (first, answer):
+            assert {events[s].type for s in message.source_event_seqs or ()} == {"assistant/chunk"}
+        assert events[result.source_event_seqs[0]].type == "tool/call"  # type: ignore[index]
+        assert "answers tool/call" in describe_sources(events, result)
+
+        summary = compact_turn(session, 1, "turn 1 in one line")
+        assert summary.source_event_seqs == (2, first.seq, result.seq, answer.seq)
+        assert [m["id"] for m in session.derive_messages()] == ["summary-turn-1"]
+        assert "summarises (shadows) seq 2, " in describe_sources(session.events, summary)
+        assert event_preview(summary).startswith("(plugin compaction) turn 1 in one line")
+    assert any("completed and flushed" in line for line in lines)
+
+
+def test_tool_call_plan_arguments_are_json_text() -> None:
+    import orjson
+
+    for plan in (*TURN_1_STEP_1.tool_calls, ToolCallPlan("c", "n", "{}")):
+        assert isinstance(orjson.loads(plan.arguments), dict)
+
+
+def test_first_difference_finds_header_length_and_event_changes() -> None:
+    from sessionledger import Session, SessionHeader
+    from sessionledger.cli.moving import first_difference
+    from sessionledger.persistence import StoredSession
+    from sessionledger.testing.builders import closed_turn
+
+    session = Session.create("copied", clock=lambda: 1_000)
+    closed_turn(session, 1)
+    events = session.events
+    header = session.header
+    original = StoredSession(header, events, "r1")
+    assert first_difference(original, StoredSession(header, events, "other revision")) is None
+    renamed = SessionHeader(id="copied", created_at=header.created_at, title="changed")
+    assert first_difference(original, StoredSession(renamed, events, "r1")) == "the header differs"
+    shorter = StoredSession(header, events[:-1], "r1")
+    assert (
+        first_difference(original, shorter)
+        == f"{len(events) - 1} events read back, {len(events)} written"
+    )
+    edited = Session.create("copied", header=header, clock=lambda: 1_000)
+    closed_turn(edited, 1, prompt="something else")
+    assert (
+        first_difference(original, StoredSession(header, edited.events, "r1"))
+        == "event seq 1 differs"
+    )
