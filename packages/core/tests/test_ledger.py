@@ -1,0 +1,323 @@
+"""``Ledger``: live registry, fork, resume, inspect, delete, close (SPEC §3.4, §7)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from typing import Any
+
+import pytest
+
+from sessionledger import (
+    ConfigError,
+    ForkError,
+    Ledger,
+    NotLiveError,
+    Session,
+    SessionExistsError,
+    SessionNotFoundError,
+    open_store,
+)
+from sessionledger.memory import MemoryPersistence, MemoryStore
+from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+
+
+def memory_ledger(store: MemoryStore | None = None, **options: Any) -> Ledger:
+    return Ledger(persistence=MemoryPersistence(store=store), load_entrypoints=False, **options)
+
+
+def types(session: Session) -> list[str]:
+    return [event.type for event in session.events]
+
+
+# -- create, get, live_sessions ---------------------------------------------------------
+
+
+def test_create_mints_ids_fills_the_header_and_refuses_a_live_id() -> None:
+    ledger = Ledger(load_entrypoints=False)
+    minted = ledger.create()
+    named = ledger.create("named", cwd="/srv/app", title="a title", meta={"team": ["a"]})
+    assert len(minted.id) == 36
+    assert named.header.cwd == "/srv/app"
+    assert named.header.title == "a title"
+    assert named.header.meta == {"team": ("a",)}
+    assert ledger.get("named") is named
+    assert ledger.get("missing") is None
+    assert ledger.live_sessions() == [minted, named]
+    with pytest.raises(SessionExistsError):
+        ledger.create("named")
+    assert ledger.get("named") is named
+
+
+def test_write_delay_must_be_a_non_negative_integer() -> None:
+    for bad in (-1, 0.5, True, "200"):
+        with pytest.raises(ConfigError):
+            Ledger(write_delay_ms=bad, load_entrypoints=False)  # type: ignore[arg-type]
+
+
+async def test_open_is_both_awaitable_and_an_async_context_manager() -> None:
+    ledger = await Ledger.open("memory:awaitable", load_entrypoints=False)
+    assert isinstance(ledger.persistence, MemoryPersistence)
+    await ledger.close()
+    async with Ledger.open("memory:managed", load_entrypoints=False) as managed:
+        assert isinstance(managed, Ledger)
+
+
+def test_open_store_names_the_registered_schemes_for_an_unknown_one() -> None:
+    with pytest.raises(ConfigError, match="memory:"):
+        open_store("nosuch:place", load_entrypoints=False)
+    with pytest.raises(ConfigError, match="no scheme"):
+        open_store("just-a-path", load_entrypoints=False)
+
+
+async def test_named_memory_stores_are_shared_within_the_process() -> None:
+    async with Ledger.open("memory:shared-test", load_entrypoints=False) as ledger:
+        session = ledger.create("kept")
+        closed_turn(session, 1)
+    async with Ledger.open("memory:shared-test", load_entrypoints=False) as ledger:
+        assert (await ledger.resume("kept")).seq == session.seq + 1  # + end-seed marker
+    async with Ledger.open("memory:", load_entrypoints=False) as private:
+        with pytest.raises(SessionNotFoundError):
+            await private.resume("kept")
+
+
+# -- flush and write-behind ---------------------------------------------------------------
+
+
+async def test_flush_refuses_a_session_that_is_not_live_here() -> None:
+    ledger = memory_ledger()
+    other = memory_ledger()
+    session = other.create("elsewhere")
+    with pytest.raises(NotLiveError):
+        await ledger.flush(session)
+    with pytest.raises(NotLiveError):
+        await ledger.flush(Session.create("detached"))
+    await other.delete("elsewhere")
+    with pytest.raises(NotLiveError):
+        await other.flush(session)
+
+
+async def test_the_write_behind_window_writes_without_a_flush() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store, write_delay_ms=1)
+    session = ledger.create("window")
+    closed_turn(session, 1)
+    for _ in range(500):  # the 1 ms window expires on its own; never wait forever
+        if "window" in store and store["window"].next_seq == session.seq:
+            break
+        await asyncio.sleep(0.01)
+    assert store["window"].next_seq == session.seq
+    await ledger.close()
+
+
+async def test_close_flushes_every_session_and_is_idempotent() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store)
+    sessions = [ledger.create(f"s{index}") for index in range(3)]
+    for session in sessions:
+        closed_turn(session, 1)
+    await ledger.close()
+    await ledger.close()
+    assert ledger.live_sessions() == []
+    for session in sessions:
+        assert (await MemoryPersistence(store=store).load(session.id)).events == session.events
+    with pytest.raises(ConfigError, match="closed"):
+        ledger.create("late")
+
+
+async def test_close_closes_the_store_even_when_a_flush_fails() -> None:
+    backend = MemoryPersistence()
+
+    async def broken_write(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "disk full")
+
+    backend._write = broken_write  # type: ignore[method-assign]
+    ledger = Ledger(persistence=backend, load_entrypoints=False)
+    closed_turn(ledger.create("lost"), 1)
+    with pytest.raises(OSError, match="disk full") as caught:
+        await ledger.close()
+    assert any("'lost'" in note for note in caught.value.__notes__)
+    assert backend._closed
+    assert ledger.live_sessions() == []
+
+
+# -- resume and inspect -------------------------------------------------------------------
+
+
+async def test_resume_returns_the_live_object_or_loads_and_repairs() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store)
+    session = ledger.create("resumable")
+    closed_turn(session, 1)
+    open_turn_with_pending_call(session, 2)
+    assert await ledger.resume("resumable") is session
+    await ledger.close()
+    fresh = memory_ledger(store)
+    resumed = await fresh.resume("resumable")
+    assert types(resumed)[session.seq :] == [
+        "tool/result",
+        "step/end",
+        "turn/end",
+        "session/end-seed",
+    ]
+    with pytest.raises(SessionNotFoundError):
+        await fresh.resume("missing")
+    with pytest.raises(SessionNotFoundError):
+        await Ledger(load_entrypoints=False).resume("resumable")
+    await fresh.close()
+
+
+async def test_inspect_gives_a_detached_copy_and_never_writes() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store)
+    session = ledger.create("looked-at")
+    closed_turn(session, 1)
+    open_turn_with_pending_call(session, 2)
+    copy = await ledger.inspect("looked-at")
+    assert copy is not session
+    assert copy.events[: session.seq] == session.events
+    copy.append("x/note", {"only": "in the copy"})
+    assert session.events[-1].type == "tool/call"
+    await ledger.flush(session)
+    revision = store["looked-at"].changes
+    other = memory_ledger(store)
+    cold = await other.inspect("looked-at")
+    assert types(cold)[session.seq : session.seq + 3] == ["tool/result", "step/end", "turn/end"]
+    assert store["looked-at"].changes == revision
+    assert other.get("looked-at") is None
+    await ledger.close()
+
+
+# -- fork (SPEC §3.4; reference cases I1-I11) -------------------------------------------
+
+
+async def test_fork_of_an_empty_session_is_just_the_marker() -> None:
+    ledger = memory_ledger()
+    ledger.create("empty-parent", cwd="/workspace")
+    child = await ledger.fork("empty-parent", child_id="empty-child")
+    assert types(child) == ["session/end-seed"]
+    assert child.header.parent_session == "empty-parent"
+    assert child.header.seed_length == 0
+    assert child.header.cwd == "/workspace"
+    assert child.first_live_seq == 0
+
+
+async def test_fork_copies_the_prefix_and_leaves_the_source_alone() -> None:
+    ledger = memory_ledger()
+    source = ledger.create("parent", cwd="/srv")
+    closed_turn(source, 1)
+    source.append("x/log-only", {"value": "after execution"})
+    before = source.events
+    child = await ledger.fork(source)
+    assert child.events[: len(before)] == before
+    assert child.events[len(before) - 1].type == "x/log-only"
+    assert child.header.seed_length == len(before)
+    assert child.first_live_seq == len(before)
+    assert source.events is before
+    child.append("x/child-only", None)
+    assert source.events is before
+
+
+async def test_fork_at_a_boundary_and_the_open_turn_rule() -> None:
+    ledger = memory_ledger()
+    source = ledger.create("bounded")
+    first = closed_turn(source, 1)
+    closed_turn(source, 2)
+    open_turn_with_pending_call(source, 3)
+    child = await ledger.fork("bounded", boundary=first[-1].seq)
+    assert child.events[: len(first)] == tuple(first)
+    assert [m["role"] for m in child.derive_messages()] == [
+        m["role"] for m in Session.create(seed=first).derive_messages()
+    ]
+    for boundary in (len(first), source.seq - 1):  # inside turn 2, inside the open turn 3
+        with pytest.raises(ForkError) as caught:
+            await ledger.fork("bounded", boundary=boundary)
+        assert caught.value.code == "OPEN_TURN"
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork("bounded")  # default boundary: the open turn 3
+    assert caught.value.code == "OPEN_TURN"
+
+
+@pytest.mark.parametrize("boundary", [-1, 0.5, True, 2**53, 10_000])
+async def test_fork_refuses_a_boundary_that_is_not_a_seq(boundary: Any) -> None:
+    ledger = memory_ledger()
+    closed_turn(ledger.create("src"), 1)
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork("src", boundary=boundary)
+    assert caught.value.code == "INVALID_BOUNDARY"
+    ledger.create("empty")
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork("empty", boundary=0)
+    assert caught.value.code == "INVALID_BOUNDARY"
+    assert [s.id for s in ledger.live_sessions()] == ["src", "empty"]
+
+
+async def test_fork_source_and_child_errors() -> None:
+    ledger = memory_ledger()
+    live = ledger.create("live")
+    closed_turn(live, 1)
+    ledger.create("child")
+    for source in ("missing", Session.create("detached")):
+        with pytest.raises(ForkError) as caught:
+            await ledger.fork(source)
+        assert caught.value.code == "SESSION_NOT_FOUND"
+    stale = Session.create("live")
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork(stale)
+    assert caught.value.code == "NOT_LIVE"
+    open_turn_with_pending_call(live, 2)
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork("live", child_id="child")  # checked before the open turn
+    assert caught.value.code == "SESSION_ALREADY_EXISTS"
+
+
+async def test_fork_of_a_stored_session_and_a_stored_child_id() -> None:
+    store: MemoryStore = {}
+    async with memory_ledger(store) as writer:
+        closed_turn(writer.create("stored"), 1)
+        closed_turn(writer.create("taken"), 1)
+    ledger = memory_ledger(store)
+    child = await ledger.fork("stored", child_id="from-storage")
+    assert child.header.parent_session == "stored"
+    assert ledger.get("stored") is None  # the source is read, not resumed
+    with pytest.raises(ForkError) as caught:
+        await ledger.fork("stored", child_id="taken")
+    assert caught.value.code == "SESSION_ALREADY_EXISTS"
+    await ledger.close()
+    assert (await MemoryPersistence(store=store).load("from-storage")).events == child.events
+
+
+# -- delete and listing --------------------------------------------------------------------
+
+
+async def test_delete_live_stored_and_unknown_sessions() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store)
+    unflushed = ledger.create("unflushed")
+    closed_turn(unflushed, 1)
+    await ledger.delete("unflushed")
+    assert "unflushed" not in store
+    flushed = ledger.create("flushed")
+    closed_turn(flushed, 1)
+    await ledger.flush(flushed)
+    await ledger.delete("flushed")
+    assert "flushed" not in store
+    with pytest.raises(SessionNotFoundError):
+        await ledger.delete("never")
+    memoryless = Ledger(load_entrypoints=False)
+    memoryless.create("x")
+    await memoryless.delete("x")
+    with pytest.raises(SessionNotFoundError):
+        await memoryless.delete("x")
+    await ledger.close()
+
+
+async def test_list_sessions_yields_stored_sessions_oldest_first() -> None:
+    ticks = iter(range(1_000, 100_000, 10))
+    ledger = memory_ledger(clock=lambda: next(ticks))
+    for name in ("b", "a", "c"):
+        closed_turn(ledger.create(name), 1)
+        await ledger.flush(ledger.get(name))  # type: ignore[arg-type]
+    assert [info.header.id async for info in ledger.list_sessions()] == ["b", "a", "c"]
+    assert [info async for info in Ledger(load_entrypoints=False).list_sessions()] == []
+    await ledger.close()
