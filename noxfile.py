@@ -66,9 +66,19 @@ def demo(session: nox.Session) -> None:
     session.run("sessionledger", "demo", *session.posargs)
 
 
+#: The peers figure 7 compares against, installed only into the bench environment (the
+#: versions the published bench/RESULTS.md was measured with).
+BENCH_PEERS = [
+    "openai-agents==0.24.0",
+    "langgraph==1.2.22",
+    "langgraph-checkpoint-sqlite==3.1.2",
+]
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Run the benchmarks: every figure is a ratio to a raw floor measured in the same run."""
-    session.install(*PACKAGES)
-    for script in sorted(Path("bench").glob("bench_*.py")):
-        session.run("python", str(script), *session.posargs)
+    """Run the benchmark suite and write bench/RESULTS.md and bench/results.json: every
+    figure is a ratio to a raw floor or a peer measured in the same run (``-- --quick``
+    for small sizes, ``-- --only hotpath,load`` for some groups)."""
+    session.install(*PACKAGES, *BENCH_PEERS)
+    session.run("python", "-m", "bench.run", *session.posargs)

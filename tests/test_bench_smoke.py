@@ -1,0 +1,73 @@
+"""Keep the benchmark suite from rotting: run its figure groups at tiny sizes.
+
+Nothing here looks at a timing (speed is what ``nox -s bench`` reports); these tests only
+check that every group still runs against the current API and yields a well-formed
+report. The peers group needs the bench environment's extra packages and is skipped
+without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import fig_peers, run
+from bench.harness import Settings
+from bench.workloads import agent_session, chat_ops, chat_texts, delta_share
+
+# The suite measures ledgers as users build them: without the test suite's invariants.
+pytestmark = pytest.mark.invariants_off
+
+TINY = dataclasses.replace(
+    Settings.for_run(quick=True),
+    repeats=1,
+    events=400,
+    small_events=150,
+    per_append_events=4,
+    chat_messages=6,
+    chat_marks=(2, 6),
+    derive_samples=3,
+    derive_large=1_500,
+    scaling_sizes=(200,),
+)
+
+
+def test_agent_workload_is_stream_heavy_and_deterministic() -> None:
+    ops = agent_session(500)
+    assert len(ops) >= 500
+    assert delta_share(ops) >= 0.9
+    assert ops == agent_session(500)
+    assert ops[-1].type == "turn/end"  # whole turns: a cold load repairs nothing
+
+
+def test_chat_workload_alternates_roles() -> None:
+    ops = chat_ops(chat_texts(4))
+    assert [op.type for op in ops] == ["user/message", "assistant/message"] * 2
+    assert all(400 <= len(text) <= 500 for text in chat_texts(4))
+
+
+def test_core_groups_run_and_render(tmp_path: Path) -> None:
+    results = run.run_groups(["hotpath", "durable", "load"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    keys = {figure.key for figure in results["figures"]}
+    assert {"1a", "1b", "1c", "2", "3-memory", "3-jsonl", "3-sqlite", "4-sqlite"} <= keys
+    assert {"5-memory", "5-jsonl", "5-sqlite"} <= keys
+    assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
+    report = run.render(results)
+    assert "| 1a |" in report
+    assert "## Figure 5 detail" in report
+    encoded = json.loads(json.dumps(run.to_json(results)))
+    assert len(encoded["figures"]) == len(results["figures"])
+
+
+@pytest.mark.skipif(fig_peers.available() is not None, reason="peers not installed")
+def test_peers_group_runs() -> None:
+    results = run.run_groups(["peers"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    assert {figure.key for figure in results["figures"]} >= {"7-size-lg", "7-speed-lg-sl"}
