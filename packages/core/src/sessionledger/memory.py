@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Mapping
 from typing import Any, final
 
 from sessionledger import jsoncodec
-from sessionledger.errors import SeqMismatchError, SessionExistsError
+from sessionledger.errors import CorruptLogError, SeqMismatchError, SessionExistsError
 from sessionledger.events import SessionHeader
 from sessionledger.persistence import UNPARSABLE, RawLog, RawRecord, SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 
 __all__ = ["MemoryPersistence", "MemoryStore", "open_memory_store"]
+
+logger = logging.getLogger("sessionledger")
 
 _incarnations = itertools.count(1)
 
@@ -69,7 +72,13 @@ class MemoryPersistence(SessionPersistence):
             except ValueError:
                 value = UNPARSABLE
             records.append(RawRecord(value, index, f"record {index}"))
-        return RawLog(jsoncodec.loads(stored.header), records, _revision(stored))
+        try:
+            header = jsoncodec.loads(stored.header)
+        except ValueError as error:
+            raise CorruptLogError(
+                f"the stored header is not valid JSON: {error}", session_id=session_id
+            ) from error
+        return RawLog(header, records, _revision(stored))
 
     async def _write(
         self,
@@ -107,9 +116,13 @@ class MemoryPersistence(SessionPersistence):
         stored.changes += 1
 
     async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        return [
-            (jsoncodec.loads(stored.header), _revision(stored)) for stored in self._store.values()
-        ]
+        found = []
+        for session_id, stored in self._store.items():
+            try:
+                found.append((jsoncodec.loads(stored.header), _revision(stored)))
+            except ValueError:  # one damaged header must not make the store unlistable
+                logger.warning("skipping session %r: its stored header is not JSON", session_id)
+        return found
 
     async def _revision(self, session_id: str) -> str | None:
         stored = self._store.get(session_id)

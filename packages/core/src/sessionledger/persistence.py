@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
+import gc
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Final, NamedTuple, final
 
+from sessionledger import jsoncodec
+from sessionledger._failpoints import failpoint
 from sessionledger.chunks import pack_chunk_runs, unpack_events
 from sessionledger.errors import (
     CorruptLogError,
@@ -272,9 +276,14 @@ class SessionPersistence(ABC):
                 await self._write(header, records, next_seq=next_seq, materialize=materialize)
             except (SeqMismatchError, SessionExistsError):
                 # A write whose caller was cancelled (or whose reply was lost) may have
-                # landed; retrying the same batch must then succeed, not fail forever.
-                if not await self._holds(session_id, batch):
+                # landed, and write-behind retries it with newer events behind it: what
+                # storage already holds of this batch is written; only the rest is not.
+                landed = await self._landed(header, batch, materialize=materialize)
+                if not landed:
                     raise
+                if landed < len(batch):
+                    rest = pack_chunk_runs(batch[landed:], self.max_row_members, self.max_row_bytes)
+                    await self._write(header, rest, next_seq=next_seq + landed, materialize=False)
             if materialize:
                 del self._created[session_id]
                 self._headers[session_id] = header
@@ -308,7 +317,9 @@ class SessionPersistence(ABC):
             raw = await self._read(session_id, from_seq)
             if raw is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
-            scan = self._scan(session_id, raw, contiguous_from=None)
+            # Read from its start (every backend reads everything for seq 0), a log must
+            # start at seq 0: a lost first record is committed-region damage (SPEC §11.2).
+            scan = self._scan(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
             self._check_types(session_id, scan.events, scan.location)
             return [event for event in scan.events if event.seq >= from_seq]
 
@@ -326,8 +337,8 @@ class SessionPersistence(ABC):
         for header_json, revision in await self._stored_headers():
             try:
                 self._check_version(header_json, None)
-                header = SessionHeader.from_json(header_json)
-            except (FormatUnsupportedError, HeaderError) as error:
+                header = _header(header_json, None, None)
+            except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
                 logger.warning("skipping a stored session this build cannot read: %s", error)
                 continue
             infos.append(SessionInfo(header, revision))
@@ -358,18 +369,30 @@ class SessionPersistence(ABC):
 
     # -- shared policy ------------------------------------------------------------------
 
-    async def _holds(self, session_id: str, batch: builtins.list[SessionEvent]) -> bool:
-        """Tell whether storage already holds exactly *batch* at its seqs (and it is the
-        stored tail), so a retried write can count as done."""
-        raw = await self._read(session_id, batch[0].seq)
+    async def _landed(
+        self, header: SessionHeader, batch: builtins.list[SessionEvent], *, materialize: bool
+    ) -> int:
+        """Count the events of *batch* storage already holds at their seqs as its tail (a
+        prefix of the batch, nothing after it), so a retried write can skip them; 0 when
+        the stored log continues otherwise (then the seq mismatch is real)."""
+        start = batch[0].seq
+        raw = await self._read(header.id, start)
         if raw is None:
-            return False
+            return 0
         try:
-            scan = self._scan(session_id, raw, contiguous_from=None)
+            scan = self._scan(header.id, raw, contiguous_from=0 if start == 0 else None)
         except LedgerError:
-            return False
-        stored = [event for event in scan.events if event.seq >= batch[0].seq]
-        return [event.to_json() for event in stored] == [event.to_json() for event in batch]
+            return 0
+        if materialize and _bytes(scan.header.to_json()) != _bytes(header.to_json()):
+            return 0  # another writer's log under this id
+        stored = [event for event in scan.events if event.seq >= start]
+        if len(stored) > len(batch):
+            return 0
+        # Compared as stored bytes: data may be nested deeper than == can recurse.
+        for held, event in zip(stored, batch, strict=False):
+            if _bytes(held.to_json()) != _bytes(event.to_json()):
+                return 0
+        return len(stored)
 
     async def _load_locked(
         self,
@@ -382,27 +405,33 @@ class SessionPersistence(ABC):
         raw = await self._read(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
-        scan = self._scan(session_id, raw, contiguous_from=0)
-        events = scan.events
-        self._check_types(session_id, events, scan.location)
-        closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
-        hooks = hooks or SessionHooks(event_types=self.event_types)
-        try:
-            session = Session.restore(scan.header, [*events, *closers], hooks=hooks, clock=clock)
-        except SeedError as error:
-            raise CorruptLogError(
-                f"stored log failed validation: {error}",
-                session_id=session_id,
-                path=scan.location,
-                seq=error.index,
-            ) from error
+        with _gc_paused():
+            scan = self._scan(session_id, raw, contiguous_from=0)
+            events = scan.events
+            self._check_types(session_id, events, scan.location)
+            closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
+            hooks = hooks or SessionHooks(event_types=self.event_types)
+            try:
+                session = Session.restore(
+                    scan.header, [*events, *closers], hooks=hooks, clock=clock
+                )
+            except SeedError as error:
+                raise CorruptLogError(
+                    f"stored log failed validation: {error}",
+                    session_id=session_id,
+                    path=scan.location,
+                    seq=error.index,
+                ) from error
         revision = scan.revision
         if commit and (scan.torn_at is not None or closers):
+            failpoint("core.repair.begin")
             if scan.torn_at is not None:
                 await self._truncate(session_id, scan.torn_at)
+                failpoint("core.repair.after-truncate")
             if closers:
                 records = pack_chunk_runs(closers, self.max_row_members, self.max_row_bytes)
                 await self._write(scan.header, records, next_seq=len(events), materialize=False)
+                failpoint("core.repair.after-closers")
             revision = await self._revision(session_id) or revision
         if commit:
             self._headers[session_id] = scan.header
@@ -417,9 +446,8 @@ class SessionPersistence(ABC):
         session_id = header_json.get("id")
         label = session_id if type(session_id) is str else None
         if type(version) is not int:
-            raise HeaderError(
-                f"stored header has no integer version: {version!r}", session_id=label
-            )
+            found = "none" if version is None else f"a {type(version).__name__}"
+            raise HeaderError(f"stored header has no integer version ({found})", session_id=label)
         if version > SESSION_FORMAT_VERSION:
             raise FormatUnsupportedError(
                 f"log format v{version} was written by a newer sessionledger (this build reads "
@@ -440,12 +468,7 @@ class SessionPersistence(ABC):
     def _scan(self, session_id: str, raw: RawLog, *, contiguous_from: int | None) -> _Scan:
         """Apply the committed-region rule (SPEC §11.2) to a raw log."""
         self._check_version(raw.header, raw.location)
-        try:
-            header = SessionHeader.from_json(raw.header)
-        except HeaderError as error:
-            raise CorruptLogError(
-                f"stored header is invalid: {error}", session_id=session_id, path=raw.location
-            ) from error
+        header = _header(raw.header, session_id, raw.location)
         if header.id != session_id:
             raise CorruptLogError(
                 f"stored header belongs to session {header.id!r}",
@@ -499,6 +522,48 @@ class SessionPersistence(ABC):
                 )
 
 
+def _bytes(value: Any) -> bytes:
+    return jsoncodec.dumps(value)
+
+
+def _header(
+    value: Mapping[str, Any], session_id: str | None, location: str | None
+) -> SessionHeader:
+    """Build the stored header; an invalid one is a damaged log (``CorruptLogError``)."""
+    try:
+        return SessionHeader.from_json(value)
+    except HeaderError as error:
+        raise CorruptLogError(
+            f"stored header is invalid: {error}", session_id=session_id, path=location
+        ) from error
+    except RecursionError:  # see _decode
+        raise CorruptLogError(
+            "stored header is invalid: a field is nested too deeply",
+            session_id=session_id,
+            path=location,
+        ) from None
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Defer the cyclic garbage collector while a stored log is decoded.
+
+    Decoding builds a few container objects per event, all of which survive, so the
+    collector would traverse the growing heap again and again for nothing: measured, that
+    was ~70 % of a cold load of 100k events (bench/RESULTS.md, figure 5). Reference
+    counting frees garbage as usual meanwhile, and no await happens inside, so only this
+    synchronous stretch runs without the collector. Left alone if it is already disabled.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _decode(record: RawRecord) -> list[SessionEvent] | str:
     """Decode one record into events, or return why it is not a valid record."""
     value = record.value
@@ -510,3 +575,7 @@ def _decode(record: RawRecord) -> list[SessionEvent] | str:
         return f"{error}"
     except (TypeError, ValueError) as error:
         return f"malformed record: {error}"
+    except RecursionError:
+        # A value nested too deeply for an error message's repr (events.py formats
+        # rejected fields with repr): damaged all the same, never a crash of the read.
+        return "malformed record: a field is nested too deeply"

@@ -18,6 +18,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol, final
 
+from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, NotLiveError
 from sessionledger.events import SessionEvent
 
@@ -228,9 +229,14 @@ class WriteBehind:
 
         task.add_done_callback(settle_unstarted)
 
+    async def _write(self, batch: list[SessionEvent]) -> None:
+        failpoint("core.writebehind.before-write")
+        await self._sink(list(batch))
+        failpoint("core.writebehind.after-write")
+
     async def _write_in_background(self, batch: list[SessionEvent]) -> None:
         try:
-            await self._sink(list(batch))
+            await self._write(batch)
         except Exception as exc:
             self._put_back(batch)
             self._active = None
@@ -267,7 +273,7 @@ class WriteBehind:
                     return
                 batch = self._take()
                 try:
-                    await self._sink(list(batch))
+                    await self._write(batch)
                 except BaseException:
                     self._put_back(batch)
                     raise

@@ -13,6 +13,7 @@ import os
 import secrets
 from typing import Final
 
+from sessionledger._failpoints import failpoint, failpoint_armed
 from sessionledger.errors import ConfigError
 
 __all__ = [
@@ -128,9 +129,18 @@ def last_line_start(fd: int, size: int) -> int:
         span *= 2
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of *data*, however many calls the kernel needs."""
+def write_all(fd: int, data: bytes, *, point: str | None = None) -> None:
+    """Write all of *data*, however many calls the kernel needs.
+
+    *point* names a failpoint hit before the write; when it is the one that blocks, half
+    of *data* is written first, so a kill there leaves a torn record on disk exactly as a
+    crash in the middle of a large write does.
+    """
     view = memoryview(data)
+    if point is not None:
+        if len(view) > 1 and failpoint_armed(point):
+            view = view[os.write(fd, view[: len(view) // 2]) :]
+        failpoint(point)
     while view:
         written = os.write(fd, view)
         view = view[written:]
@@ -215,9 +225,12 @@ def publish(path: str, content: bytes, *, fsync: bool) -> None:
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_FLAGS, FILE_MODE)
     try:
         try:
-            write_all(fd, content)
+            failpoint("jsonl.publish.after-temp-create")
+            write_all(fd, content, point="jsonl.publish.mid-write")
+            failpoint("jsonl.publish.after-temp-write")
             if fsync:
                 os.fsync(fd)
+            failpoint("jsonl.publish.after-temp-fsync")
         finally:
             os.close(fd)
         try:
@@ -226,10 +239,12 @@ def publish(path: str, content: bytes, *, fsync: bool) -> None:
             if error.errno in _NO_HARD_LINKS:
                 raise HardLinkUnsupportedError(error.errno, error.strerror, directory) from error
             raise
+        failpoint("jsonl.publish.after-link")
     finally:
         unlink_quietly(temp)
     if fsync:
         fsync_dir(directory)
+    failpoint("jsonl.publish.after-dir-fsync")
 
 
 def truncate(path: str, size: int, *, fsync: bool) -> None:
@@ -237,8 +252,10 @@ def truncate(path: str, size: int, *, fsync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | OPEN_FLAGS)
     try:
         os.ftruncate(fd, size)
+        failpoint("jsonl.truncate.after-truncate")
         if fsync:
             os.fsync(fd)
+        failpoint("jsonl.truncate.after-fsync")
     finally:
         os.close(fd)
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, ParamSpec, TypeVar, final
 
+from sessionledger._failpoints import failpoint
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
@@ -287,7 +288,7 @@ class JsonlPersistence(SessionPersistence):
         moved between project directories, or a rewritten cwd)."""
         try:
             parsed = SessionHeader.from_json(header)
-        except (HeaderError, TypeError, ValueError):
+        except (HeaderError, TypeError, ValueError, RecursionError):
             return  # the core reports the header itself
         if parsed.id != session_id:
             return  # the core reports the identity mismatch
@@ -337,10 +338,11 @@ class JsonlPersistence(SessionPersistence):
                 if type(session_id) is not str or _storable_name(session_id) != os.path.basename(
                     directory
                 ):
+                    # Never repr a hostile id: it may be huge, or nested too deep for repr.
                     logger.warning(
-                        "skipping %s: its header id %r does not name its directory",
+                        "skipping %s: its header id (a %s) does not name its directory",
                         path,
-                        session_id,
+                        type(session_id).__name__,
                     )
                     continue
                 if session_id in where:
@@ -374,6 +376,7 @@ class JsonlPersistence(SessionPersistence):
         directory = self._session_dir(header)
         path = os.path.join(directory, LOG_NAME)
         _files.make_dirs(directory, fsync=self._fsync)
+        failpoint("jsonl.materialize.after-mkdir")
         try:
             lock_fd = self._take_lock(session_id, directory)
         except SessionLockedError as error:
@@ -424,12 +427,16 @@ class JsonlPersistence(SessionPersistence):
                     session_id=session_id,
                     seq=next_seq,
                 )
+            failpoint("jsonl.append.before-write")
             try:
-                _files.write_all(fd, body)
+                _files.write_all(fd, body, point="jsonl.append.mid-write")
+                failpoint("jsonl.append.after-write")
                 if self._fsync:
                     os.fsync(fd)
+                failpoint("jsonl.append.after-fsync")
             except OSError as error:
                 # Cut back so a retry of this batch cannot duplicate its seqs.
+                failpoint("jsonl.append.before-rollback")
                 try:
                     os.ftruncate(fd, writer.size)
                     if self._fsync:
@@ -489,6 +496,7 @@ class JsonlPersistence(SessionPersistence):
         if type(position) is not int or position < 0:
             raise TypeError(f"a jsonl truncation point is a byte offset, got {position!r}")
         writer = self._acquire(session_id, expected_size=self._seen.get(session_id))
+        failpoint("jsonl.truncate.before")
         _files.truncate(os.path.join(writer.directory, LOG_NAME), position, fsync=self._fsync)
         writer.size = position
         writer.next_seq = None
@@ -512,6 +520,7 @@ class JsonlPersistence(SessionPersistence):
         try:
             # Readers stop seeing the session at this unlink; the rest is cleanup.
             os.unlink(os.path.join(directory, LOG_NAME))
+            failpoint("jsonl.delete.after-unlink")
             shutil.rmtree(directory, ignore_errors=True)
             if self._fsync:
                 _files.fsync_dir(os.path.dirname(directory))
@@ -570,6 +579,7 @@ class JsonlPersistence(SessionPersistence):
                 "store object); close it there first",
                 session_id=session_id,
             )
+        failpoint("jsonl.lock.after-acquire")
         return fd
 
     def _release(self, session_id: str) -> None:

@@ -21,6 +21,7 @@ from typing import Final, Literal, NamedTuple
 
 import aiosqlite
 
+from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, FormatUnsupportedError
 
 __all__ = [
@@ -196,10 +197,13 @@ async def _initialize(db: aiosqlite.Connection, location: str) -> None:
     try:
         for statement in DDL:
             await db.execute_fetchall(statement)
+        failpoint("sqlite.schema.after-ddl")
         # Pragma values cannot be bound parameters; both are integer constants.
         await db.execute_fetchall(f"PRAGMA application_id = {APPLICATION_ID:d}")
         await db.execute_fetchall(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+        failpoint("sqlite.schema.before-commit")
         await db.execute_fetchall("COMMIT")
+        failpoint("sqlite.schema.after-commit")
     except BaseException:
         await _rollback(db)
         raise
@@ -244,12 +248,32 @@ def create_file(path: str) -> None:
     tool output, so it is private from the first byte. The WAL and shared-memory files
     inherit the database file's permissions.
     """
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    _make_private_dirs(os.path.dirname(path))
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         return
     os.close(descriptor)
+    failpoint("sqlite.schema.after-create-file")
+
+
+def _make_private_dirs(directory: str) -> None:
+    """Create *directory* and every missing parent with mode 0700 (``os.makedirs`` gives
+    only the last one its mode; the parents would get the umask's, 0777 under umask 0)."""
+    missing: list[str] = []
+    current = directory
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise NotADirectoryError(20, "not a directory", path) from None
 
 
 async def connect_daemon(path: str, busy_timeout: float) -> aiosqlite.Connection:
@@ -325,5 +349,6 @@ async def prepare(
     if pristine:
         await _initialize(db, location)
     await _set_wal(db, memory=memory, busy_timeout=busy_timeout)
+    failpoint("sqlite.schema.after-wal")
     await db.execute_fetchall(f"PRAGMA synchronous = {synchronous}")
     await _expect(db, "synchronous", 2 if synchronous == "FULL" else 1)

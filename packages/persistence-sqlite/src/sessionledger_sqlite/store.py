@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, final
 import aiosqlite
 
 from sessionledger import jsoncodec
+from sessionledger._failpoints import failpoint
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
@@ -49,7 +50,7 @@ _HEADER_COLUMNS: Final = (
     "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
 )
 _SELECT_SESSION: Final = (
-    f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM sessions WHERE id = ?"
+    f"SELECT {_HEADER_COLUMNS}, incarnation, revision, next_seq FROM sessions WHERE id = ?"
 )
 _SELECT_HEADERS: Final = (
     f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM sessions ORDER BY created_at, id"
@@ -365,9 +366,9 @@ class SqlitePersistence(SessionPersistence):
             if not head:
                 return None
             if from_seq > 0:
-                rows = await db.execute_fetchall(_SELECT_EVENTS_FROM, (session_id, from_seq))
+                rows = list(await db.execute_fetchall(_SELECT_EVENTS_FROM, (session_id, from_seq)))
             else:
-                rows = await db.execute_fetchall(_SELECT_EVENTS, (session_id,))
+                rows = list(await db.execute_fetchall(_SELECT_EVENTS, (session_id,)))
         session = head[0]
         revision = _revision(session[9], session[10])
         self._seen[session_id] = revision
@@ -378,7 +379,15 @@ class SqlitePersistence(SessionPersistence):
             raise CorruptLogError(
                 "stored header meta is not valid JSON", session_id=session_id, path=location
             )
-        return RawLog(header, records, revision, location)
+        torn_at = None
+        last = rows[-1] if rows else None
+        end = 0 if last is None else _row_end([(last[0], last[6], last[3])])
+        if session[11] != end:
+            # The stored next seq disagrees with the rows (rows lost at the end, or a
+            # damaged counter): like a torn tail, load cuts there, which rewrites the
+            # counter; otherwise every repair append would fail its seq check forever.
+            torn_at = end
+        return RawLog(header, records, revision, location, torn_at)
 
     async def _write(
         self,
@@ -393,6 +402,7 @@ class SqlitePersistence(SessionPersistence):
         rows = [_event_row(session_id, record) for record in records]
         end = next_seq + sum(_members(record) if "seq0" in record else 1 for record in records)
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+            failpoint("sqlite.write.after-begin")
             if materialize:
                 inserted = await db.execute_fetchall(
                     _INSERT_SESSION,
@@ -414,9 +424,12 @@ class SqlitePersistence(SessionPersistence):
                     raise SessionExistsError(
                         "session already has a stored log", session_id=session_id
                     )
+                failpoint("sqlite.write.after-session-row")
             elif not list(await db.execute_fetchall(_ADVANCE, (end, session_id, next_seq))):
                 await self._raise_stale(db, session_id, next_seq)
             await db.executemany(_INSERT_EVENT, rows)
+            failpoint("sqlite.write.before-commit")
+        failpoint("sqlite.write.after-commit")
 
     async def _raise_stale(self, db: aiosqlite.Connection, session_id: str, seq: int) -> None:
         stored = list(
@@ -457,6 +470,8 @@ class SqlitePersistence(SessionPersistence):
                 "UPDATE sessions SET next_seq = ?, revision = revision + 1 WHERE id = ?",
                 (end, session_id),
             )
+            failpoint("sqlite.truncate.before-commit")
+        failpoint("sqlite.truncate.after-commit")
 
     async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         async with self._transaction(None) as db:
@@ -476,10 +491,16 @@ class SqlitePersistence(SessionPersistence):
         self._seen.pop(session_id, None)
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
             # ON DELETE CASCADE (foreign_keys=ON is checked at open) removes the rows.
-            deleted = await db.execute_fetchall(
-                "DELETE FROM sessions WHERE id = ? RETURNING 1", (session_id,)
+            deleted = bool(
+                list(
+                    await db.execute_fetchall(
+                        "DELETE FROM sessions WHERE id = ? RETURNING 1", (session_id,)
+                    )
+                )
             )
-            return bool(list(deleted))
+            failpoint("sqlite.delete.before-commit")
+        failpoint("sqlite.delete.after-commit")
+        return deleted
 
     async def _close(self) -> None:
         async with self._gate:

@@ -1,0 +1,84 @@
+"""Failpoints: named places in the I/O paths where a test can freeze a process to kill it.
+
+A crash test sets ``SESSIONLEDGER_FAILPOINT=<name>`` (or ``<name>:<N>``) in a child's
+environment. When the child reaches that point (the N-th time, default the first), it
+writes ``FAILPOINT <name> <pid>`` to stderr and blocks forever, so the parent can SIGKILL
+it at exactly that instruction. Without the variable every call returns at once.
+
+The variable is read on the first call, never at import, and cached for the life of the
+process. The disabled check is one global read and one dict lookup; failpoints sit on
+storage paths (per batch), never on ``Session.append``.
+
+The names are a stable, documented list (``tests/RELIABILITY.md`` and each backend's
+README): ``core.*`` here and in ``persistence.py``/``writebehind.py``, ``jsonl.*`` and
+``sqlite.*`` in the backends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Final
+
+from sessionledger.errors import ConfigError
+
+__all__ = ["ENVIRONMENT_VARIABLE", "failpoint", "failpoint_armed"]
+
+#: The environment variable that arms one failpoint: ``name`` or ``name:N``.
+ENVIRONMENT_VARIABLE: Final = "SESSIONLEDGER_FAILPOINT"
+
+# name -> the hit that blocks (1-based); None until the first call reads the environment.
+_armed: dict[str, int] | None = None
+_hits: dict[str, int] = {}
+_lock = threading.Lock()  # backends hit failpoints from worker threads
+
+
+def _load() -> dict[str, int]:
+    global _armed  # noqa: PLW0603 - read once, on first use (never at import)
+    spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    armed: dict[str, int] = {}
+    if spec:
+        name, colon, count = spec.rpartition(":")
+        if not colon:
+            name, count = spec, "1"
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ConfigError(
+                f"{ENVIRONMENT_VARIABLE}={spec!r} is not 'name' or 'name:N' with N >= 1"
+            )
+        armed[name] = int(count)
+    _armed = armed
+    return armed
+
+
+def _reset() -> None:
+    """Forget the cached setting and the hit counts (for tests that change the variable)."""
+    global _armed  # noqa: PLW0603
+    with _lock:
+        _armed = None
+        _hits.clear()
+
+
+def failpoint_armed(name: str) -> bool:
+    """Tell whether the next ``failpoint(name)`` call will block.
+
+    Lets a writer make a point observable before blocking there, e.g. write half of a
+    batch so a kill leaves a torn record (``jsonl.append.mid-write``).
+    """
+    armed = _armed if _armed is not None else _load()
+    target = armed.get(name)
+    return target is not None and _hits.get(name, 0) + 1 == target
+
+
+def failpoint(name: str) -> None:
+    """Block forever here if *name* is the armed failpoint (at its N-th hit)."""
+    armed = _armed if _armed is not None else _load()
+    if name not in armed:
+        return
+    with _lock:
+        hit = _hits[name] = _hits.get(name, 0) + 1
+    if hit != armed[name]:
+        return
+    os.write(2, f"FAILPOINT {name} {os.getpid()}\n".encode())  # fd 2: unbuffered, any thread
+    while True:  # the parent SIGKILLs us; nothing may run past this point
+        time.sleep(3600)
