@@ -698,3 +698,17 @@ def test_header_replace_validates() -> None:
     with pytest.raises(HeaderError):
         h.replace(cwd="relative")
     assert h.title is None
+
+
+def test_rejected_values_nested_too_deep_for_repr_still_give_typed_errors() -> None:
+    deep: Any = 0
+    for _ in range(100_000):
+        deep = [deep]
+    base = {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}
+    for key in ("type", "seq", "time", "ignorable"):
+        with pytest.raises(EventEnvelopeError):
+            SessionEvent.from_json({**base, key: deep})
+    with pytest.raises(SurfaceError):
+        SessionEvent.from_json({**base, "surfaceOp": {"op": "replace", "start": deep, "end": 0}})
+    with pytest.raises(HeaderError):
+        SessionHeader(id="deep", created_at=1, title=deep)

@@ -16,6 +16,7 @@ from sessionledger import (
     Session,
     SessionExistsError,
     SessionNotFoundError,
+    hookimpl,
     open_store,
 )
 from sessionledger.memory import MemoryPersistence, MemoryStore
@@ -320,4 +321,57 @@ async def test_list_sessions_yields_stored_sessions_oldest_first() -> None:
         await ledger.flush(ledger.get(name))  # type: ignore[arg-type]
     assert [info.header.id async for info in ledger.list_sessions()] == ["b", "a", "c"]
     assert [info async for info in Ledger(load_entrypoints=False).list_sessions()] == []
+    await ledger.close()
+
+
+# -- release ---------------------------------------------------------------------------------
+
+
+async def test_release_flushes_detaches_and_resume_brings_the_session_back() -> None:
+    store: MemoryStore = {}
+    seen: list[int] = []
+
+    class Watcher:
+        @hookimpl
+        def ledger_committed(self, event: Any) -> None:
+            seen.append(event.seq)
+
+    ledger = Ledger(
+        persistence=MemoryPersistence(store=store), plugins=[Watcher()], load_entrypoints=False
+    )
+    session = ledger.create("idle")
+    closed_turn(session, 1)
+    committed = session.seq
+    await ledger.release(session)
+    assert ledger.get("idle") is None
+    assert store["idle"].next_seq == committed
+    session.append("x/after-release", None)  # detached: neither observed nor stored
+    assert seen == list(range(committed))
+    await asyncio.sleep(0.25)  # longer than the write-behind window
+    assert store["idle"].next_seq == committed
+    with pytest.raises(NotLiveError):
+        await ledger.release(session)
+    back = await ledger.resume("idle")
+    assert back is not session
+    assert back.events[:committed] == session.events[:committed]
+    await ledger.close()
+
+
+async def test_release_keeps_the_session_live_when_its_flush_fails() -> None:
+    backend = MemoryPersistence()
+    ledger = Ledger(persistence=backend, load_entrypoints=False)
+    session = ledger.create("stuck")
+    closed_turn(session, 1)
+
+    async def broken_write(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    real_write = backend._write
+    backend._write = broken_write  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="injected"):
+        await ledger.release(session)
+    assert ledger.get("stuck") is session
+    backend._write = real_write  # type: ignore[method-assign]
+    await ledger.release(session)
+    assert ledger.get("stuck") is None
     await ledger.close()

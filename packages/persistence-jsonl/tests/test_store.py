@@ -636,3 +636,18 @@ async def test_a_sigkilled_writer_is_resumed_with_closers_exactly_once(tmp_path:
         again = await ledger.resume("killed")
     assert same(events, again.events)
     assert path.read_bytes() == repaired
+
+
+async def test_release_frees_the_writer_lock_for_another_store(tmp_path: Path) -> None:
+    events = turns("handover", 2)
+    ends = [i + 1 for i, event in enumerate(events) if event.type == "turn/end"]
+    first = make_store(tmp_path)
+    await store_log(first, "handover", events[: ends[0]])
+    second = make_store(tmp_path)
+    with pytest.raises(SessionLockedError):
+        await second.append("handover", events[ends[0] :])
+    await first.release("handover")
+    await second.append("handover", events[ends[0] :])
+    assert same(events, (await second.load("handover")).events)
+    await first.close()
+    await second.close()

@@ -27,7 +27,7 @@ import orjson
 
 from sessionledger.errors import ConfigError, StorageRowError
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief
 
 __all__ = ["MIN_RUN", "ROW_TYPES", "pack_chunk_runs", "unpack_events", "unpack_record"]
 
@@ -327,21 +327,6 @@ def _bad(tag: str, reason: str, seq: int | None = None) -> StorageRowError:
     return StorageRowError(f"malformed {tag} row: {reason}", seq=seq)
 
 
-def _brief(value: Any) -> str:
-    """Describe a stored value for an error message without ``repr`` of the whole: a
-    damaged row can hold a huge string, or a list nested deeper than ``repr`` recurses."""
-    kind = type(value)
-    if kind is str:
-        return repr(value[:40]) + ("..." if len(value) > 40 else "")
-    if value is None or kind is bool or kind is float or (kind is int and abs(value) < 10**40):
-        return repr(value)
-    if kind is list or kind is tuple:
-        return f"a list of {len(value)}"
-    if kind is dict or kind is FrozenDict:
-        return f"an object of {len(value)} keys"
-    return f"a {kind.__name__}"
-
-
 def _expand_row(
     record: Any, tag: str, chunk_type: str, payload_key: str, *, as_events: bool = False
 ) -> list[Any]:
@@ -350,9 +335,9 @@ def _expand_row(
         raise _bad(tag, f"keys must be exactly {sorted(_ROW_KEYS)}, got {sorted(map(str, record))}")
     seq0, time0, data = record["seq0"], record["time0"], record["data"]
     if type(seq0) is not int or not 0 <= seq0 <= _M:
-        raise _bad(tag, f"seq0 must be a safe non-negative integer, got {_brief(seq0)}")
+        raise _bad(tag, f"seq0 must be a safe non-negative integer, got {brief(seq0)}")
     if type(time0) is not int or not -_M <= time0 <= _M:
-        raise _bad(tag, f"time0 must be a safe integer, got {_brief(time0)}", seq0)
+        raise _bad(tag, f"time0 must be a safe integer, got {brief(time0)}", seq0)
     if type(data) is not dict and type(data) is not FrozenDict:
         raise _bad(tag, f"data must be an object, got {type(data).__name__}", seq0)
     keys = data.keys()
@@ -365,9 +350,9 @@ def _expand_row(
                 seq0,
             )
         if type(data["id"]) is not str:
-            raise _bad(tag, f"id must be a string, got {_brief(data['id'])}", seq0)
+            raise _bad(tag, f"id must be a string, got {brief(data['id'])}", seq0)
         if "name" in data and type(data["name"]) is not str:
-            raise _bad(tag, f"name must be a string, got {_brief(data['name'])}", seq0)
+            raise _bad(tag, f"name must be a string, got {brief(data['name'])}", seq0)
     elif keys != _TEXT_DATA_KEYS:
         raise _bad(
             tag,
@@ -377,16 +362,16 @@ def _expand_row(
     for field in ("turn", "step", "index"):
         value = data[field]
         if type(value) is not int or not -_M <= value <= _M:
-            raise _bad(tag, f"{field} must be a safe integer, got {_brief(value)}", seq0)
+            raise _bad(tag, f"{field} must be a safe integer, got {brief(value)}", seq0)
     payload, dt = data[payload_key], data["dt"]
     if (type(payload) is not list and type(payload) is not tuple) or not payload:
         raise _bad(tag, f"{payload_key} must be a non-empty list", seq0)
     for text in payload:
         if type(text) is not str:
-            raise _bad(tag, f"{payload_key} entries must be strings, got {_brief(text)}", seq0)
+            raise _bad(tag, f"{payload_key} entries must be strings, got {brief(text)}", seq0)
     n = len(payload)
     if (type(dt) is not list and type(dt) is not tuple) or len(dt) != n - 1:
-        got = f"{len(dt)} entries" if type(dt) is list or type(dt) is tuple else _brief(dt)
+        got = f"{len(dt)} entries" if type(dt) is list or type(dt) is tuple else brief(dt)
         raise _bad(tag, f"dt must list {n - 1} gaps for {n} members, got {got}", seq0)
     if seq0 + n - 1 > _M:
         raise _bad(tag, f"member seq {seq0 + n - 1} leaves the safe-integer range", seq0)
@@ -394,7 +379,7 @@ def _expand_row(
     time = time0
     for gap in dt:
         if type(gap) is not int or not -_M <= gap <= _M:
-            raise _bad(tag, f"dt entries must be safe integers, got {_brief(gap)}", seq0)
+            raise _bad(tag, f"dt entries must be safe integers, got {brief(gap)}", seq0)
         time += gap
         if not -_M <= time <= _M:
             raise _bad(tag, f"member time {time} leaves the safe-integer range", seq0)

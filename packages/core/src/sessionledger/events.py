@@ -8,7 +8,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal, TypeAlias, final
 
 from sessionledger.errors import EventEnvelopeError, HeaderError, JsonValueError, SurfaceError
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, _bad_string, snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, _bad_string, brief, snapshot
 from sessionledger.vocabulary import RESERVED_TYPES
 
 __all__ = [
@@ -56,7 +56,7 @@ class Replace:
         if not (_is_seq(self.start) and _is_seq(self.end)):
             raise SurfaceError(
                 f"replace start and end must be non-negative integers, got "
-                f"{self.start!r} and {self.end!r}",
+                f"{brief(self.start)} and {brief(self.end)}",
                 code="BAD_SURFACE_OP",
             )
 
@@ -82,9 +82,9 @@ def parse_surface_op(value: object) -> SurfaceOp | None:
             start, end = value["start"], value["end"]
             if _is_seq(start) and _is_seq(end):
                 return Replace(start, end)
-        raise SurfaceError(f"invalid replace surface op {value!r}", code="BAD_SURFACE_OP")
+        raise SurfaceError(f"invalid replace surface op {brief(value)}", code="BAD_SURFACE_OP")
     raise SurfaceError(
-        f"invalid surface op {value!r}: expected 'append', a Replace or "
+        f"invalid surface op {brief(value)}: expected 'append', a Replace or "
         "{'op': 'replace', 'start': s, 'end': e}",
         code="BAD_SURFACE_OP",
     )
@@ -99,7 +99,7 @@ def parse_source_event_seqs(value: object) -> tuple[int, ...] | None:
         for item in seqs:
             if not _is_seq(item):
                 raise SurfaceError(
-                    f"sourceEventSeqs must contain non-negative integers, got {item!r}",
+                    f"sourceEventSeqs must contain non-negative integers, got {brief(item)}",
                     code="BAD_SOURCES",
                 )
         return seqs
@@ -257,19 +257,20 @@ class SessionEvent(_EventFields):
         seq = envelope["seq"]
         if type(type_) is not str or not type_ or type_ in RESERVED_TYPES:
             raise EventEnvelopeError(
-                f"event type must be a non-empty string that is not a storage tag, got {type_!r}"
+                "event type must be a non-empty string that is not a storage tag, "
+                f"got {brief(type_)}"
             )
         if not _is_seq(seq):
-            raise EventEnvelopeError(f"event seq must be a non-negative integer, got {seq!r}")
+            raise EventEnvelopeError(f"event seq must be a non-negative integer, got {brief(seq)}")
         time = envelope["time"]
         if not _is_time(time):
             raise EventEnvelopeError(
-                f"event time must be an integer within ±(2**53 - 1), got {time!r}", seq=seq
+                f"event time must be an integer within ±(2**53 - 1), got {brief(time)}", seq=seq
             )
         ignorable = envelope.get("ignorable", False)
         if "ignorable" in envelope and ignorable is not True:
             raise EventEnvelopeError(
-                f"event ignorable must be true when present, got {ignorable!r}", seq=seq
+                f"event ignorable must be true when present, got {brief(ignorable)}", seq=seq
             )
         try:
             surface_op = parse_surface_op(envelope.get("surfaceOp"))
@@ -328,29 +329,30 @@ class SessionHeader:
             return HeaderError(f"session header {message}", session_id=_text_or_none(self.id))
 
         if type(self.version) is not int or self.version != SESSION_FORMAT_VERSION:
-            raise bad(f"version must be {SESSION_FORMAT_VERSION}, got {self.version!r}")
+            raise bad(f"version must be {SESSION_FORMAT_VERSION}, got {brief(self.version)}")
         if type(self.id) is not str or not self.id:
-            raise bad(f"id must be a non-empty string, got {self.id!r}")
+            raise bad(f"id must be a non-empty string, got {brief(self.id)}")
         for name in ("id", "cwd", "parent_session", "title"):
             text = getattr(self, name)
             if type(text) is str and not text.isascii() and _bad_string(text):
                 raise bad(f"{name} contains a lone surrogate, which no JSON file can hold")
         if not _is_seq(self.created_at):
-            raise bad(f"createdAt must be a non-negative integer, got {self.created_at!r}")
+            raise bad(f"createdAt must be a non-negative integer, got {brief(self.created_at)}")
         if self.cwd is not None and (type(self.cwd) is not str or not _is_absolute(self.cwd)):
-            raise bad(f"cwd must be an absolute path string, got {self.cwd!r}")
+            raise bad(f"cwd must be an absolute path string, got {brief(self.cwd)}")
         if self.parent_session is not None and (
             type(self.parent_session) is not str or not self.parent_session
         ):
-            raise bad(f"parentSession must be a non-empty string, got {self.parent_session!r}")
+            raise bad(f"parentSession must be a non-empty string, got {brief(self.parent_session)}")
         if self.seed_length is not None and not _is_seq(self.seed_length):
-            raise bad(f"seedLength must be a non-negative integer, got {self.seed_length!r}")
+            raise bad(f"seedLength must be a non-negative integer, got {brief(self.seed_length)}")
         if not _is_seq(self.delegation_depth):
             raise bad(
-                f"delegationDepth must be a non-negative integer, got {self.delegation_depth!r}"
+                "delegationDepth must be a non-negative integer, "
+                f"got {brief(self.delegation_depth)}"
             )
         if self.title is not None and type(self.title) is not str:
-            raise bad(f"title must be a string, got {self.title!r}")
+            raise bad(f"title must be a string, got {brief(self.title)}")
         if self.meta is not None:
             if not isinstance(self.meta, Mapping):
                 raise bad(f"meta must be a JSON object, got {type(self.meta).__qualname__}")

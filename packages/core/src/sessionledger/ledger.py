@@ -337,12 +337,9 @@ class Ledger:
         """Delete a session: drop it from the live set (unflushed events are discarded)
         and remove it from the store."""
         self._check_open()
-        session = self._live.pop(id, None)
+        session = self._live.get(id)
         if session is not None:
-            writer = self._writers.pop(session, None)
-            if writer is not None:
-                writer.cancel()
-            self._plugins.session_closed(session)
+            self._retire(session)
         if self._persistence is None:
             if session is None:
                 raise SessionNotFoundError("session not found", session_id=id)
@@ -352,6 +349,19 @@ class Ledger:
         except SessionNotFoundError:
             if session is None:
                 raise
+
+    async def release(self, session: Session) -> None:
+        """Flush *session*, then stop keeping it live here: the ledger, its plugins and
+        the store drop what they hold for it (the JSONL writer's lock, for one), and the
+        object is detached — later appends to it are neither checked nor stored. A
+        long-running process calls this when a conversation goes idle; ``resume(id)``
+        brings it back. A failed flush raises and leaves the session live."""
+        if self._live.get(session.id) is not session:
+            raise NotLiveError("session is not live in this ledger", session_id=session.id)
+        await self._plugins.flush(session)
+        self._retire(session)
+        if self._persistence is not None:
+            await self._persistence.release(session.id)
 
     async def close(self) -> None:
         """Flush every live session, then close the store. Idempotent.
@@ -377,11 +387,7 @@ class Ledger:
                 )
                 failures.append(error)
         for session in list(self._live.values()):
-            writer = self._writers.pop(session, None)
-            if writer is not None:
-                writer.cancel()
-            self._plugins.session_closed(session)
-        self._live.clear()
+            self._retire(session)
         if self._persistence is not None:
             await self._persistence.close()
         if failures:
@@ -399,6 +405,15 @@ class Ledger:
                 "session is not live and this ledger has no store", session_id=id
             )
         return self._persistence
+
+    def _retire(self, session: Session) -> None:
+        """Take *session* out of the ledger: no writer, no plugins, not live."""
+        del self._live[session.id]
+        writer = self._writers.pop(session, None)
+        if writer is not None:
+            writer.cancel()
+        self._plugins.session_closed(session)
+        session._detach()
 
     def _publish(self, session: Session, *, stored_length: int | None) -> None:
         """Make *session* live: announce it (a plugin may refuse it) and queue whatever of

@@ -218,6 +218,10 @@ class SessionPersistence(ABC):
         """Release the backend's resources (called once)."""
         return None
 
+    async def _forget(self, session_id: str) -> None:
+        """Release what the backend holds for one session (a writer's lock, caches)."""
+        return None
+
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the backend has one."""
         return None
@@ -353,6 +357,16 @@ class SessionPersistence(ABC):
             self._headers.pop(session_id, None)
             if not await self._delete(session_id) and not registered:
                 raise SessionNotFoundError("session not found", session_id=session_id)
+
+    async def release(self, session_id: str) -> None:
+        """Forget *session_id* in this instance: its cursor, and whatever the backend holds
+        for it (the JSONL writer lock, for one). A long-running process calls this when it
+        is done with a session; the next use reads storage again, as a new instance would.
+        Nothing stored changes."""
+        async with self._lock(session_id):
+            self._cursors.pop(session_id, None)
+            self._headers.pop(session_id, None)
+            await self._forget(session_id)
 
     async def close(self) -> None:
         """Release the backend; later calls do nothing."""

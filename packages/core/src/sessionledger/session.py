@@ -349,6 +349,11 @@ class Session:
         """The hooks this session calls (empty for a detached session)."""
         return self._hooks
 
+    def _detach(self) -> None:
+        """Stop calling the ledger's hooks (the session left its ledger); the event types
+        stay, so registered checks still run on later appends."""
+        self._hooks = SessionHooks(event_types=self._hooks.event_types)
+
     def event_at(self, seq: int) -> SessionEvent:
         """Return the event with *seq* without copying the log."""
         if builtin_type(seq) is not int or not 0 <= seq < len(self._log):

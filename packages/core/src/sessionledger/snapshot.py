@@ -66,6 +66,25 @@ class FrozenDict(dict[str, Any]):
         return self
 
 
+def brief(value: object) -> str:
+    """Describe *value* for an error message in bounded size and time: the rejected
+    value may be a huge string, or nested deeper than ``repr`` can recurse."""
+    kind = type(value)
+    if kind is str:
+        text: str = value  # type: ignore[assignment]
+        return repr(text[:40]) + ("..." if len(text) > 40 else "")
+    if value is None or kind is bool or kind is float:
+        return repr(value)
+    if kind is int:
+        number: int = value  # type: ignore[assignment]
+        return repr(number) if abs(number) < 10**40 else "a very large integer"
+    if kind is list or kind is tuple:
+        return f"a list of {len(value)}"  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys"
+    return f"a {kind.__name__}"
+
+
 def is_safe_int(value: object) -> bool:
     """Tell whether *value* is an ``int`` (never a ``bool``) within ±(2**53 - 1)."""
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER

@@ -201,6 +201,12 @@ class JsonlPersistence(SessionPersistence):
         for session_id in list(self._writers):
             self._release(session_id)
 
+    async def _forget(self, session_id: str) -> None:
+        # The core holds the session's operation lock, so no worker thread uses the
+        # descriptor while it is closed here.
+        self._release(session_id)
+        self._seen.pop(session_id, None)
+
     # -- finding a session --------------------------------------------------------------
 
     def _find_dir(self, session_id: str) -> str | None:

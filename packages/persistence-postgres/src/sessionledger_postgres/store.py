@@ -478,6 +478,10 @@ class PostgresPersistence(SessionPersistence):
             row = await conn.fetchrow(self._sql.revision, session_id)
         return None if row is None else rows.revision_string(row[0], row[1])
 
+    async def _forget(self, session_id: str) -> None:
+        self._seen.pop(session_id, None)
+        await self._release(session_id)
+
     async def _delete(self, session_id: str) -> bool:
         self._seen.pop(session_id, None)
         if rows.text_flaw(session_id) is not None:

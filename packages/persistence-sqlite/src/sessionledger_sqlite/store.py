@@ -487,6 +487,9 @@ class SqlitePersistence(SessionPersistence):
             )
         return _revision(*rows[0]) if rows else None
 
+    async def _forget(self, session_id: str) -> None:
+        self._seen.pop(session_id, None)
+
     async def _delete(self, session_id: str) -> bool:
         self._seen.pop(session_id, None)
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:

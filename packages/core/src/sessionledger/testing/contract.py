@@ -418,6 +418,20 @@ class PersistenceContract:
         await backend.close()
 
     @pytest.mark.asyncio
+    async def test_release_forgets_a_session_and_another_writer_may_continue(
+        self, backend_factory: BackendFactory
+    ) -> None:
+        events = _log(turns=2)
+        split = _first_turn_end(events)
+        backend = backend_factory()
+        await _store(backend, "handed-over", events[:split])
+        await backend.release("handed-over")
+        await backend.release("never-seen")  # nothing to forget: not an error
+        other = backend_factory()
+        await other.append("handed-over", events[split:])
+        assert _same(events, (await backend.load("handed-over")).events)
+
+    @pytest.mark.asyncio
     async def test_locate_and_close(self, backend_factory: BackendFactory) -> None:
         backend = backend_factory()
         location = backend.locate(_header("where"))
