@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, final
 
 import aiosqlite
 
-from sessionledger import jsoncodec
+from sessionledger import rows as layout
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import (
     ConfigError,
@@ -87,112 +87,13 @@ _SQLITE_CANTOPEN: Final = 14
 _SQLITE_NOTADB: Final = 26
 
 
-def _text(value: Any) -> str:
-    return jsoncodec.dumps(value).decode()
-
-
-def _parse(text: Any) -> Any:
-    if type(text) is not str:
-        raise ValueError(f"expected JSON text, got {type(text).__name__}")
-    return jsoncodec.loads(text)  # orjson first, the depth-unlimited parser if needed
-
-
-def _members(record: Mapping[str, Any]) -> int:
-    """Return how many events a storage record stands for."""
-    data = record["data"]
-    return len(data["texts"] if "texts" in data else data["args"])
+def _event_row(session_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (session_id, *layout.event_columns(record))
 
 
 def _row_end(tail: Sequence[Any]) -> int:
     """Return the next seq after the last stored row (0 when there is none)."""
-    if not tail:
-        return 0
-    seq, ignorable, data = tail[0]
-    if ignorable == 0:
-        try:
-            return int(seq) + _members({"data": _parse(data)})
-        except (ValueError, KeyError, TypeError):
-            pass  # a malformed row still ends the stored log here; the read path reports it
-    return int(seq) + 1
-
-
-def _record(row: Sequence[Any]) -> Any:
-    """Rebuild the storage record of one ``events`` row, or ``UNPARSABLE``."""
-    seq, event_type, time, data, sources, surface_op, ignorable = row
-    if type(seq) is not int or type(event_type) is not str or type(time) is not int:
-        return UNPARSABLE
-    if ignorable not in (None, 0, 1):
-        return UNPARSABLE
-    try:
-        if ignorable == 0:
-            record = {"type": event_type, "seq0": seq, "time0": time, "data": _parse(data)}
-        else:
-            record = {"type": event_type, "seq": seq, "time": time, "data": _parse(data)}
-        # A packed row keeps any surface columns it has, so the row decoder rejects it.
-        if surface_op is not None:
-            record["surfaceOp"] = _parse(surface_op)
-        if sources is not None:
-            record["sourceEventSeqs"] = _parse(sources)
-    except ValueError:
-        return UNPARSABLE
-    if ignorable == 1:
-        record["ignorable"] = True
-    return record
-
-
-def _header_json(row: Sequence[Any]) -> dict[str, Any]:
-    """Rebuild the header JSON (SPEC key names) from a ``sessions`` row.
-
-    A ``meta`` column that does not parse becomes ``UNPARSABLE``, which the core's header
-    validation rejects (``list`` skips that session, ``_read`` reports it as corrupt).
-    """
-    session_id, version, created_at, cwd, parent, seed_length, depth, title, meta = row[:9]
-    header: dict[str, Any] = {"version": version, "id": session_id, "createdAt": created_at}
-    if cwd is not None:
-        header["cwd"] = cwd
-    if parent is not None:
-        header["parentSession"] = parent
-    if seed_length is not None:
-        header["seedLength"] = seed_length
-    header["delegationDepth"] = depth
-    if title is not None:
-        header["title"] = title
-    if meta is not None:
-        try:
-            header["meta"] = _parse(meta)
-        except ValueError:
-            header["meta"] = UNPARSABLE
-    return header
-
-
-def _revision(incarnation: Any, revision: Any) -> str:
-    return f"{incarnation}:{revision}"
-
-
-def _event_row(session_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
-    if "seq0" in record:  # a packed chunk row from the core's codec (SPEC §9)
-        return (
-            session_id,
-            record["seq0"],
-            record["type"],
-            record["time0"],
-            _text(record["data"]),
-            None,
-            None,
-            0,
-        )
-    sources = record.get("sourceEventSeqs")
-    surface_op = record.get("surfaceOp")
-    return (
-        session_id,
-        record["seq"],
-        record["type"],
-        record["time"],
-        _text(record["data"]),
-        None if sources is None else _text(sources),
-        None if surface_op is None else _text(surface_op),
-        1 if record.get("ignorable") is True else None,
-    )
+    return layout.row_end(*tail[0]) if tail else 0
 
 
 def _check_options(synchronous: str, busy_timeout: float) -> Literal["FULL", "NORMAL"]:
@@ -370,11 +271,13 @@ class SqlitePersistence(SessionPersistence):
             else:
                 rows = list(await db.execute_fetchall(_SELECT_EVENTS, (session_id,)))
         session = head[0]
-        revision = _revision(session[9], session[10])
+        revision = layout.revision_string(session[9], session[10])
         self._seen[session_id] = revision
-        records = [RawRecord(_record(row), row[0], f"row seq {row[0]}") for row in rows]
+        records = [
+            RawRecord(layout.record_from_columns(*row), row[0], f"row seq {row[0]}") for row in rows
+        ]
         location = None if self._path == MEMORY else self._path
-        header = _header_json(session)
+        header = layout.header_json(session)
         if header.get("meta") is UNPARSABLE:
             raise CorruptLogError(
                 "stored header meta is not valid JSON", session_id=session_id, path=location
@@ -400,25 +303,13 @@ class SqlitePersistence(SessionPersistence):
         session_id = header.id
         # Serialize before the transaction: a value that cannot be stored writes nothing.
         rows = [_event_row(session_id, record) for record in records]
-        end = next_seq + sum(_members(record) if "seq0" in record else 1 for record in records)
+        end = next_seq + sum(layout.member_count(record) for record in records)
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
             failpoint("sqlite.write.after-begin")
             if materialize:
                 inserted = await db.execute_fetchall(
                     _INSERT_SESSION,
-                    (
-                        session_id,
-                        header.version,
-                        header.created_at,
-                        header.cwd,
-                        header.parent_session,
-                        header.seed_length,
-                        header.delegation_depth,
-                        header.title,
-                        None if header.meta is None else _text(header.meta),
-                        uuid.uuid4().hex,
-                        end,
-                    ),
+                    (*layout.header_columns(header), uuid.uuid4().hex, end),
                 )
                 if not list(inserted):
                     raise SessionExistsError(
@@ -456,7 +347,7 @@ class SqlitePersistence(SessionPersistence):
             )
             if not current:
                 raise SessionNotFoundError("session not found", session_id=session_id)
-            if seen is not None and _revision(*current[0]) != seen:
+            if seen is not None and layout.revision_string(*current[0]) != seen:
                 raise SeqMismatchError(
                     f"stored log changed since it was read; not truncating it at seq {position}",
                     session_id=session_id,
@@ -476,7 +367,7 @@ class SqlitePersistence(SessionPersistence):
     async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         async with self._transaction(None) as db:
             rows = await db.execute_fetchall(_SELECT_HEADERS)
-        return [(_header_json(row), _revision(row[9], row[10])) for row in rows]
+        return [(layout.header_json(row), layout.revision_string(row[9], row[10])) for row in rows]
 
     async def _revision(self, session_id: str) -> str | None:
         async with self._transaction(None, session_id) as db:
@@ -485,7 +376,7 @@ class SqlitePersistence(SessionPersistence):
                     "SELECT incarnation, revision FROM sessions WHERE id = ?", (session_id,)
                 )
             )
-        return _revision(*rows[0]) if rows else None
+        return layout.revision_string(*rows[0]) if rows else None
 
     async def _forget(self, session_id: str) -> None:
         self._seen.pop(session_id, None)
