@@ -15,6 +15,7 @@ from typing import Final
 
 from sessionledger._failpoints import failpoint, failpoint_armed
 from sessionledger.errors import ConfigError
+from sessionledger.files import DIR_MODE, FILE_MODE, fsync_dir, make_private_dirs
 
 __all__ = [
     "DIR_MODE",
@@ -39,8 +40,6 @@ __all__ = [
 
 logger = logging.getLogger("sessionledger")
 
-DIR_MODE: Final = 0o700
-FILE_MODE: Final = 0o600
 OPEN_FLAGS: Final = os.O_CLOEXEC
 _HEAD_CHUNK: Final = 8192
 _TAIL_CHUNK: Final = 64 * 1024
@@ -146,35 +145,9 @@ def write_all(fd: int, data: bytes, *, point: str | None = None) -> None:
         view = view[written:]
 
 
-def fsync_dir(path: str) -> None:
-    """Make the entries of directory *path* durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | OPEN_FLAGS)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make_dirs(directory: str, *, fsync: bool) -> None:
-    """Create *directory* and its missing parents with mode 0700; with *fsync*, make each
-    new entry durable (fsync of its parent) before anything is written inside it."""
-    missing: list[str] = []
-    current = directory
-    while not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, DIR_MODE)
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from None
-            continue  # created meanwhile by another writer
-        if fsync:
-            fsync_dir(os.path.dirname(path))
+    """Create *directory* and its missing parents with mode 0700 (see ``sessionledger.files``)."""
+    make_private_dirs(directory, fsync=fsync)
 
 
 class HardLinkUnsupportedError(OSError):

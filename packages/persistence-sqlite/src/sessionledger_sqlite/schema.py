@@ -23,6 +23,7 @@ import aiosqlite
 
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, FormatUnsupportedError
+from sessionledger.files import make_private_dirs
 
 __all__ = [
     "APPLICATION_ID",
@@ -248,32 +249,13 @@ def create_file(path: str) -> None:
     tool output, so it is private from the first byte. The WAL and shared-memory files
     inherit the database file's permissions.
     """
-    _make_private_dirs(os.path.dirname(path))
+    make_private_dirs(os.path.dirname(path))
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         return
     os.close(descriptor)
     failpoint("sqlite.schema.after-create-file")
-
-
-def _make_private_dirs(directory: str) -> None:
-    """Create *directory* and every missing parent with mode 0700 (``os.makedirs`` gives
-    only the last one its mode; the parents would get the umask's, 0777 under umask 0)."""
-    missing: list[str] = []
-    current = directory
-    while not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise NotADirectoryError(20, "not a directory", path) from None
 
 
 async def connect_daemon(path: str, busy_timeout: float) -> aiosqlite.Connection:
