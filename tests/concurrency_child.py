@@ -78,6 +78,10 @@ async def append(url: str, session_id: str, count: int) -> None:
 
 async def race(url: str, session_id: str, name: str, rounds: int) -> None:
     for number in range(rounds):
+        if number:
+            # Wait until the parent saw both outcomes: the winner of the last round may
+            # still be writing when the loser's error arrives.
+            sys.stdin.readline()
         store = open_store(url, plugins=plugins_for(url), load_entrypoints=False)
         try:
             if number == 0:

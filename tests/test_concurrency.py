@@ -124,8 +124,10 @@ class Racer:
             ready, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
             chunk = os.read(stdout.fileno(), 4096) if ready else b""
             if not chunk:
-                self.close()
+                if self.process.poll() is None:
+                    self.process.kill()
                 stderr = self.process.stderr.read() if self.process.stderr else b""
+                self.close()
                 pytest.fail(f"racer {self.name} stopped: {stderr.decode(errors='replace')}")
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
@@ -196,6 +198,9 @@ def test_two_writers_on_one_session_one_wins_the_other_gets_a_typed_error(
                 assert lost[0] in ("SessionExistsError", "SessionLockedError"), outcomes
             winners.extend(won)
             assert stored_marks(kind, tmp_path, url) == winners  # the winner's event only
+            if number + 1 < rounds:
+                for racer in racers:
+                    racer.go()  # next round
         for racer in racers:
             assert racer.process.wait(timeout=60) == 0
     finally:
