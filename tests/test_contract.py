@@ -91,13 +91,10 @@ class SqliteTamper:
             ((next_seq,),) = await db.execute_fetchall(
                 "SELECT next_seq FROM sessions WHERE id = ?", (session_id,)
             )
+            # (the schema's trigger moves next_seq and the revision on)
             await db.execute_fetchall(
                 "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
                 (session_id, next_seq, "assistant/chunk", 0, '{"turn":1,"step":'),
-            )
-            await db.execute_fetchall(
-                "UPDATE sessions SET next_seq = next_seq + 1, revision = revision + 1 WHERE id = ?",
-                (session_id,),
             )
             await db.execute_fetchall("COMMIT")
 

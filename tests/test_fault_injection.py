@@ -450,7 +450,8 @@ async def test_jsonl_io_errors_keep_the_batch_and_write_it_once(
 
 
 class FaultyConnection:
-    """Wrap the backend's aiosqlite connection; make chosen ``COMMIT``\\s fail.
+    """Wrap the backend's aiosqlite connection; make chosen commits fail: an explicit
+    ``COMMIT`` of a write transaction, or an append's single INSERT (autocommit).
 
     ``landed=False``: the commit is refused (rolled back), as on an I/O error;
     ``landed=True``: the commit happens, then the call reports an error anyway (a lost
@@ -475,11 +476,14 @@ class FaultyConnection:
     async def execute_fetchall(self, sql: str, *args: Any) -> Any:
         if sql.startswith("BEGIN"):
             self._writing = sql == "BEGIN IMMEDIATE"
-        if sql == "COMMIT" and self.active and self._writing:
+        commits = (sql == "COMMIT" and self._writing) or (
+            sql.startswith("INSERT INTO events") and not self._connection.in_transaction
+        )
+        if commits and self.active:
             self.commits += 1
             if self.commits in self._fail_on:
                 if self._landed:
-                    await self._connection.execute_fetchall(sql)
+                    await self._connection.execute_fetchall(sql, *args)
                 error = sqlite3.OperationalError("disk I/O error")
                 error.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
                 raise error

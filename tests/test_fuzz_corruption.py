@@ -715,11 +715,25 @@ def s_insert_row(draw: Any, db: sqlite3.Connection, sid: str, seqs: list[int]) -
         ),
         draw(st.sampled_from([None, 0, 1])),
     )
-    db.execute(
-        "INSERT INTO events (session_id, seq, type, time, data, ignorable) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        row,
-    )
+    # The schema's triggers accept a row only where the log ends, so a foreign row lands
+    # there first and is then moved where the draw puts it, with the session's counters
+    # put back: the database ends up holding a row its writer never accounted for.
+    ((end, revision),) = db.execute(
+        "SELECT next_seq, revision FROM sessions WHERE id = ?", (sid,)
+    ).fetchall()
+    try:
+        db.execute(
+            "INSERT INTO events (session_id, seq, type, time, data, ignorable) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, end, *row[2:]),
+        )
+        db.execute("UPDATE events SET seq = ? WHERE session_id = ? AND seq = ?", (seq, sid, end))
+    except sqlite3.IntegrityError:
+        return  # an earlier mutation already took that place: nothing to add
+    finally:
+        db.execute(
+            "UPDATE sessions SET next_seq = ?, revision = ? WHERE id = ?", (end, revision, sid)
+        )
 
 
 def s_session_column(draw: Any, db: sqlite3.Connection, sid: str, seqs: list[int]) -> None:
@@ -759,10 +773,18 @@ class SqliteFuzz:
             f"INSERT INTO sessions (id, {columns}) SELECT ?, {columns} FROM sessions WHERE id = ?",
             (case, source),
         )
+        # The rows go in from the start of the log (the schema's triggers accept a row only
+        # where the log ends, and move the end on), then the copied counters are restored.
+        self.db.execute("UPDATE sessions SET next_seq = 0 WHERE id = ?", (case,))
         self.db.execute(
             "INSERT INTO events SELECT ?, seq, type, time, data, source_event_seqs, surface_op, "
-            "ignorable FROM events WHERE session_id = ?",
+            "ignorable, members FROM events WHERE session_id = ? ORDER BY seq",
             (case, source),
+        )
+        self.db.execute(
+            "UPDATE sessions SET (next_seq, revision) = "
+            "(SELECT next_seq, revision FROM sessions WHERE id = ?) WHERE id = ?",
+            (source, case),
         )
         return case
 

@@ -30,6 +30,7 @@ __all__ = [
     "DDL",
     "EXPECTED_OBJECTS",
     "SCHEMA_VERSION",
+    "SEQ_MISMATCH",
     "SchemaObject",
     "check_identity",
     "connect_daemon",
@@ -69,14 +70,31 @@ _EVENTS: Final = """CREATE TABLE events (
   source_event_seqs TEXT,
   surface_op        TEXT,
   ignorable         INTEGER CHECK (ignorable IN (0, 1)),
+  members           INTEGER NOT NULL DEFAULT 1 CHECK (members >= 1),
   PRIMARY KEY (session_id, seq)
 ) STRICT"""
+
+# The database itself keeps each log contiguous, so an append is one INSERT statement
+# (one round trip, committed atomically on its own): a row must start where the stored
+# log ends, and each row moves that end on by the events it holds (``members``: 1, or
+# the member count of a packed row). A stale writer's first row fails the check and the
+# whole statement is rolled back (SPEC §11.4). No SQL function is used: with
+# ``trusted_schema=OFF`` SQLite allows only innocuous ones in triggers.
+_CONTINUE: Final = """CREATE TRIGGER events_continue_the_log BEFORE INSERT ON events
+WHEN NEW.seq IS NOT (SELECT next_seq FROM sessions WHERE id = NEW.session_id)
+BEGIN SELECT RAISE(ABORT, 'sessionledger: seq mismatch'); END"""
+_ADVANCE: Final = """CREATE TRIGGER events_advance_the_log AFTER INSERT ON events
+BEGIN UPDATE sessions SET next_seq = NEW.seq + NEW.members, revision = revision + 1
+WHERE id = NEW.session_id; END"""
+
+#: The message of the ``RAISE`` above, which the store turns into ``SeqMismatchError``.
+SEQ_MISMATCH: Final = "sessionledger: seq mismatch"
 
 # ``list`` reads sessions in (created_at, id) order straight from this index.
 _SESSIONS_ORDER: Final = "CREATE INDEX sessions_by_created_at ON sessions (created_at, id)"
 
 #: The statements that create the schema, in order.
-DDL: Final = (_SESSIONS, _EVENTS, _SESSIONS_ORDER)
+DDL: Final = (_SESSIONS, _EVENTS, _SESSIONS_ORDER, _CONTINUE, _ADVANCE)
 
 
 class SchemaObject(NamedTuple):
@@ -102,6 +120,8 @@ EXPECTED_OBJECTS: Final = tuple(
             SchemaObject(
                 "index", "sessions_by_created_at", "sessions", _normalize(_SESSIONS_ORDER)
             ),
+            SchemaObject("trigger", "events_continue_the_log", "events", _normalize(_CONTINUE)),
+            SchemaObject("trigger", "events_advance_the_log", "events", _normalize(_ADVANCE)),
         ),
         key=lambda item: (item.type, item.name),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import sqlite3
@@ -66,14 +67,17 @@ _INSERT_SESSION: Final = (
     f"INSERT INTO sessions ({_HEADER_COLUMNS}, incarnation, revision, next_seq) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING RETURNING 1"
 )
-# The stale-writer check and the revision bump in one indexed statement (SPEC §11.4).
-_ADVANCE: Final = (
-    "UPDATE sessions SET next_seq = ?, revision = revision + 1 "
-    "WHERE id = ? AND next_seq = ? RETURNING 1"
-)
-_INSERT_EVENT: Final = (
-    f"INSERT INTO events (session_id, {_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
+#: Rows per INSERT statement: well below SQLite's limit of 32,766 bound variables.
+_ROWS_PER_STATEMENT: Final = 500
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_events(count: int) -> str:
+    """The INSERT of *count* event rows (the schema's triggers check and advance the log)."""
+    placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    return f"INSERT INTO events (session_id, {_EVENT_COLUMNS}, members) VALUES {placeholders}"
+
+
 _SELECT_TAIL: Final = (
     "SELECT seq, ignorable, data FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 )
@@ -87,8 +91,8 @@ _SQLITE_CANTOPEN: Final = 14
 _SQLITE_NOTADB: Final = 26
 
 
-def _event_row(session_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (session_id, *layout.event_columns(record))
+def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [value for row in rows for value in row]
 
 
 def _row_end(tail: Sequence[Any]) -> int:
@@ -248,6 +252,12 @@ class SqlitePersistence(SessionPersistence):
             return FormatUnsupportedError(
                 f"not a SQLite database: {error}", code="FOREIGN_STORE", path=where
             )
+        if isinstance(error, sqlite3.IntegrityError) and schema.SEQ_MISMATCH in str(error):
+            return SeqMismatchError(
+                "the batch does not continue the stored log (another writer appended first, "
+                "or the session was deleted meanwhile); load the session again",
+                session_id=session_id,
+            )
         if code == _SQLITE_CORRUPT or isinstance(error, sqlite3.IntegrityError):
             # A constraint failure means the stored rows disagree with the sessions table.
             return CorruptLogError(
@@ -301,36 +311,63 @@ class SqlitePersistence(SessionPersistence):
         materialize: bool,
     ) -> None:
         session_id = header.id
-        # Serialize before the transaction: a value that cannot be stored writes nothing.
-        rows = [_event_row(session_id, record) for record in records]
-        end = next_seq + sum(layout.member_count(record) for record in records)
+        # Serialize before writing: a value that cannot be stored writes nothing.
+        rows = [
+            (session_id, *layout.event_columns(record), layout.member_count(record))
+            for record in records
+        ]
+        try:
+            await self._insert(header, rows, next_seq=next_seq, materialize=materialize)
+        except SeqMismatchError as error:
+            raise await self._stale(session_id, next_seq) from error
+        failpoint("sqlite.write.after-commit")
+
+    async def _insert(
+        self,
+        header: SessionHeader,
+        rows: list[tuple[Any, ...]],
+        *,
+        next_seq: int,
+        materialize: bool,
+    ) -> None:
+        session_id = header.id
+        if not materialize and len(rows) <= _ROWS_PER_STATEMENT:
+            # The common append: one statement, committed on its own, whose triggers
+            # check that it continues the stored log (a stale writer is refused) and
+            # advance the log's end and revision: one round trip to the database.
+            async with self._transaction(None, session_id) as db:
+                failpoint("sqlite.write.before-statement")
+                await db.execute_fetchall(_insert_events(len(rows)), _flat(rows))
+            return
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
             failpoint("sqlite.write.after-begin")
             if materialize:
                 inserted = await db.execute_fetchall(
-                    _INSERT_SESSION,
-                    (*layout.header_columns(header), uuid.uuid4().hex, end),
+                    _INSERT_SESSION, (*layout.header_columns(header), uuid.uuid4().hex, next_seq)
                 )
                 if not list(inserted):
                     raise SessionExistsError(
                         "session already has a stored log", session_id=session_id
                     )
                 failpoint("sqlite.write.after-session-row")
-            elif not list(await db.execute_fetchall(_ADVANCE, (end, session_id, next_seq))):
-                await self._raise_stale(db, session_id, next_seq)
-            await db.executemany(_INSERT_EVENT, rows)
+            for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+                part = rows[start : start + _ROWS_PER_STATEMENT]
+                await db.execute_fetchall(_insert_events(len(part)), _flat(part))
             failpoint("sqlite.write.before-commit")
-        failpoint("sqlite.write.after-commit")
 
-    async def _raise_stale(self, db: aiosqlite.Connection, session_id: str, seq: int) -> None:
-        stored = list(
-            await db.execute_fetchall("SELECT next_seq FROM sessions WHERE id = ?", (session_id,))
-        )
+    async def _stale(self, session_id: str, seq: int) -> LedgerError:
+        """Say why a batch starting at *seq* was refused (the error path reads once more)."""
+        async with self._transaction(None, session_id) as db:
+            stored = list(
+                await db.execute_fetchall(
+                    "SELECT next_seq FROM sessions WHERE id = ?", (session_id,)
+                )
+            )
         if not stored:
-            raise SessionNotFoundError(
+            return SessionNotFoundError(
                 "session is no longer stored (deleted by another writer?)", session_id=session_id
             )
-        raise SeqMismatchError(
+        return SeqMismatchError(
             f"batch starts at seq {seq} but the stored log continues at seq {stored[0][0]} "
             "(another writer appended first)",
             session_id=session_id,
