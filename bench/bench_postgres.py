@@ -117,31 +117,10 @@ FLOOR_COLUMNS = [
 
 
 def floor_row(session_id: str, record: dict[str, Any]) -> tuple[Any, ...]:
-    import orjson
+    """Return the ``events`` row of one storage record, laid out as the store lays it out."""
+    from sessionledger.rows import event_columns
 
-    if "seq0" in record:
-        return (
-            session_id,
-            record["seq0"],
-            record["type"],
-            record["time0"],
-            orjson.dumps(record["data"]).decode(),
-            None,
-            None,
-            0,
-        )
-    sources = record.get("sourceEventSeqs")
-    surface_op = record.get("surfaceOp")
-    return (
-        session_id,
-        record["seq"],
-        record["type"],
-        record["time"],
-        orjson.dumps(record["data"]).decode(),
-        None if sources is None else orjson.dumps(sources).decode(),
-        None if surface_op is None else orjson.dumps(surface_op).decode(),
-        1 if record.get("ignorable") else None,
-    )
+    return (session_id, *event_columns(record))
 
 
 # -- worker processes -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from sessionledger import Ledger, Session
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.memory import MemoryPersistence, MemoryStore
 from sessionledger.persistence import SessionPersistence
+from sessionledger.rows import event_columns
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_sqlite import SqlitePersistence
 
@@ -114,31 +115,9 @@ def batches(
 
 
 def raw_row(session_id: str, record: dict[str, Any]) -> tuple[Any, ...]:
-    """Return the ``events`` row of one storage record (a packed row or an envelope)."""
-    dumps = orjson.dumps
-    if "seq0" in record:
-        return (
-            session_id,
-            record["seq0"],
-            record["type"],
-            record["time0"],
-            dumps(record["data"]).decode(),
-            None,
-            None,
-            0,
-        )
-    sources = record.get("sourceEventSeqs")
-    surface_op = record.get("surfaceOp")
-    return (
-        session_id,
-        record["seq"],
-        record["type"],
-        record["time"],
-        dumps(record["data"]).decode(),
-        None if sources is None else dumps(sources).decode(),
-        None if surface_op is None else dumps(surface_op).decode(),
-        1 if record.get("ignorable") else None,
-    )
+    """Return the ``events`` row of one storage record (a packed row or an envelope), laid
+    out as the SQL backends lay it out (``sessionledger.rows``)."""
+    return (session_id, *event_columns(record))
 
 
 async def open_raw_sqlite(path: Path) -> aiosqlite.Connection:
