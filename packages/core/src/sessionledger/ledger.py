@@ -19,7 +19,7 @@ from sessionledger.errors import (
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.hookspecs import hookimpl
 from sessionledger.persistence import SessionInfo, SessionPersistence
-from sessionledger.session import Clock, Session, system_clock
+from sessionledger.session import Clock, Session, SessionHooks, system_clock
 from sessionledger.snapshot import is_safe_int
 from sessionledger.vocabulary import TURN_END, TURN_START
 from sessionledger.writebehind import WriteBehind
@@ -239,7 +239,10 @@ class Ledger:
             return Session.restore(live.header, live.events, clock=self._clock)
         persistence = self._require_store(id)
         _, session = await persistence._load_session(
-            id, commit=False, hooks=_detached_hooks(self), clock=self._clock
+            id,
+            commit=False,
+            hooks=SessionHooks(event_types=self._plugins.event_types),
+            clock=self._clock,
         )
         return session
 
@@ -450,9 +453,3 @@ class _Sink:
             await self._persistence.create(self._header)
             self._created = True
         await self._persistence.append(self._header.id, batch)
-
-
-def _detached_hooks(ledger: Ledger) -> Any:
-    from sessionledger.session import SessionHooks
-
-    return SessionHooks(event_types=ledger.plugins.event_types)
