@@ -27,7 +27,7 @@ import orjson
 
 from sessionledger.errors import ConfigError, StorageRowError
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, mark_shallow
 
 __all__ = ["MIN_RUN", "ROW_TYPES", "pack_chunk_runs", "unpack_events", "unpack_record"]
 
@@ -174,9 +174,6 @@ def _check_cap(name: str, value: int | None, minimum: int) -> int | None:
 
 def _member(event: object) -> _Member | None:
     """Return ``(run key, seq, time, payload)`` for a packable delta, else None (SPEC §9)."""
-    seq: Any
-    time: Any
-    data: Any
     cls = type(event)
     if cls is SessionEvent:
         ev: SessionEvent = event  # type: ignore[assignment]
@@ -187,18 +184,21 @@ def _member(event: object) -> _Member | None:
             or ev.ignorable is not False
         ):
             return None
-        seq, time, data = ev.seq, ev.time, ev.data
-    elif cls is dict or cls is FrozenDict:
+        return _chunk_member(ev.seq, ev.time, ev.data)
+    if cls is dict or cls is FrozenDict:
         envelope: dict[str, Any] = event  # type: ignore[assignment]
         # With the length fixed, the lookups below succeeding proves the exact key set.
         if len(envelope) != 4 or envelope.get("type") != _CHUNK:
             return None
         try:
-            seq, time, data = envelope["seq"], envelope["time"], envelope["data"]
+            return _chunk_member(envelope["seq"], envelope["time"], envelope["data"])
         except KeyError:
             return None
-    else:
-        return None
+    return None
+
+
+def _chunk_member(seq: Any, time: Any, data: Any) -> _Member | None:
+    """The member of an ``assistant/chunk`` envelope's fields, if it is an eligible delta."""
     if type(seq) is not int or not 0 <= seq <= _M or type(time) is not int or not -_M <= time <= _M:
         return None
     if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
@@ -212,21 +212,28 @@ def _member(event: object) -> _Member | None:
             return None
         if not (-_M <= turn <= _M and -_M <= step <= _M and -_M <= index <= _M):
             return None
-        size = len(chunk)
         if chunk_type in _TEXT_DELTAS:
             text = chunk["text"]
-            if size != 3 or type(text) is not str:
+            if len(chunk) != 3 or type(text) is not str:
                 return None
             return (_TEXT_ROW_OF[chunk_type], turn, step, index), seq, time, text
-        if chunk_type != "tool-call-delta" or not 4 <= size <= 5:
+        if chunk_type != "tool-call-delta":
             return None
-        call_id, args = chunk["id"], chunk["argumentsDelta"]
-        name = chunk["name"] if size == 5 else None
+        return _tool_member(chunk, (TOOL_ROW, turn, step, index), seq, time)
     except KeyError:
         return None
+
+
+def _tool_member(chunk: Any, key: _RunKey, seq: int, time: int) -> _Member | None:
+    """The member of a ``tool-call-delta`` chunk (raises ``KeyError`` for a missing key)."""
+    size = len(chunk)
+    if not 4 <= size <= 5:
+        return None
+    call_id, args = chunk["id"], chunk["argumentsDelta"]
+    name = chunk["name"] if size == 5 else None
     if type(call_id) is not str or type(args) is not str or (size == 5 and type(name) is not str):
         return None
-    return (TOOL_ROW, turn, step, index, call_id, name), seq, time, args
+    return (*key, call_id, name), seq, time, args
 
 
 def _verbatim(event: Any) -> Any:
@@ -331,82 +338,12 @@ def _expand_row(
     record: Any, tag: str, chunk_type: str, payload_key: str, *, as_events: bool = False
 ) -> list[Any]:
     """Validate a tagged row and return its members as envelope dicts (or events)."""
-    if record.keys() != _ROW_KEYS:
-        raise _bad(tag, f"keys must be exactly {sorted(_ROW_KEYS)}, got {sorted(map(str, record))}")
-    seq0, time0, data = record["seq0"], record["time0"], record["data"]
-    if type(seq0) is not int or not 0 <= seq0 <= _M:
-        raise _bad(tag, f"seq0 must be a safe non-negative integer, got {brief(seq0)}")
-    if type(time0) is not int or not -_M <= time0 <= _M:
-        raise _bad(tag, f"time0 must be a safe integer, got {brief(time0)}", seq0)
-    if type(data) is not dict and type(data) is not FrozenDict:
-        raise _bad(tag, f"data must be an object, got {type(data).__name__}", seq0)
-    keys = data.keys()
-    if tag == TOOL_ROW:
-        if keys not in (_TOOL_DATA_KEYS, _NAMED_TOOL_DATA_KEYS):
-            raise _bad(
-                tag,
-                f"data keys must be {sorted(_TOOL_DATA_KEYS)} plus an optional 'name', "
-                f"got {sorted(map(str, keys))}",
-                seq0,
-            )
-        if type(data["id"]) is not str:
-            raise _bad(tag, f"id must be a string, got {brief(data['id'])}", seq0)
-        if "name" in data and type(data["name"]) is not str:
-            raise _bad(tag, f"name must be a string, got {brief(data['name'])}", seq0)
-    elif keys != _TEXT_DATA_KEYS:
-        raise _bad(
-            tag,
-            f"data keys must be exactly {sorted(_TEXT_DATA_KEYS)}, got {sorted(map(str, keys))}",
-            seq0,
-        )
-    for field in ("turn", "step", "index"):
-        value = data[field]
-        if type(value) is not int or not -_M <= value <= _M:
-            raise _bad(tag, f"{field} must be a safe integer, got {brief(value)}", seq0)
-    payload, dt = data[payload_key], data["dt"]
-    if (type(payload) is not list and type(payload) is not tuple) or not payload:
-        raise _bad(tag, f"{payload_key} must be a non-empty list", seq0)
-    for text in payload:
-        if type(text) is not str:
-            raise _bad(tag, f"{payload_key} entries must be strings, got {brief(text)}", seq0)
-    n = len(payload)
-    if (type(dt) is not list and type(dt) is not tuple) or len(dt) != n - 1:
-        got = f"{len(dt)} entries" if type(dt) is list or type(dt) is tuple else brief(dt)
-        raise _bad(tag, f"dt must list {n - 1} gaps for {n} members, got {got}", seq0)
-    if seq0 + n - 1 > _M:
-        raise _bad(tag, f"member seq {seq0 + n - 1} leaves the safe-integer range", seq0)
-    times = [time0]
-    time = time0
-    for gap in dt:
-        if type(gap) is not int or not -_M <= gap <= _M:
-            raise _bad(tag, f"dt entries must be safe integers, got {brief(gap)}", seq0)
-        time += gap
-        if not -_M <= time <= _M:
-            raise _bad(tag, f"member time {time} leaves the safe-integer range", seq0)
-        times.append(time)
-    turn, step, index = data["turn"], data["step"], data["index"]
-    seqs = range(seq0, seq0 + n)
-    if tag != TOOL_ROW:
-        chunks = [{"type": chunk_type, "index": index, "text": text} for text in payload]
-    else:
-        call_id = data["id"]
-        if "name" in data:
-            name = data["name"]
-            chunks = [
-                {
-                    "type": chunk_type,
-                    "index": index,
-                    "id": call_id,
-                    "name": name,
-                    "argumentsDelta": a,
-                }
-                for a in payload
-            ]
-        else:
-            chunks = [
-                {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": a}
-                for a in payload
-            ]
+    seq0, data = _check_row(record, tag, payload_key)
+    payload = data[payload_key]
+    times = _member_times(tag, seq0, record["time0"], data["dt"], len(payload))
+    turn, step = data["turn"], data["step"]
+    seqs = range(seq0, seq0 + len(payload))
+    chunks = _member_chunks(tag, chunk_type, data, payload)
     if not as_events:
         return [
             {
@@ -422,7 +359,89 @@ def _expand_row(
     events: list[SessionEvent] = []
     push = events.append
     for seq, time, chunk in zip(seqs, times, chunks, strict=True):
-        member = FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk))
-        member._shallow = True
+        member = mark_shallow(FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk)))
         push(make_event(_CHUNK, seq, time, member, None, None, False))
     return events
+
+
+def _check_row(record: Any, tag: str, payload_key: str) -> tuple[int, Any]:
+    """Check a row's shape, except its gaps; return its ``seq0`` and ``data``."""
+    if record.keys() != _ROW_KEYS:
+        raise _bad(tag, f"keys must be exactly {sorted(_ROW_KEYS)}, got {sorted(map(str, record))}")
+    seq0, time0, data = record["seq0"], record["time0"], record["data"]
+    if type(seq0) is not int or not 0 <= seq0 <= _M:
+        raise _bad(tag, f"seq0 must be a safe non-negative integer, got {brief(seq0)}")
+    if type(time0) is not int or not -_M <= time0 <= _M:
+        raise _bad(tag, f"time0 must be a safe integer, got {brief(time0)}", seq0)
+    if type(data) is not dict and type(data) is not FrozenDict:
+        raise _bad(tag, f"data must be an object, got {type(data).__name__}", seq0)
+    if tag == TOOL_ROW:
+        _check_tool_data(tag, data, seq0)
+    elif data.keys() != _TEXT_DATA_KEYS:
+        raise _bad(
+            tag,
+            f"data keys must be exactly {sorted(_TEXT_DATA_KEYS)}, "
+            f"got {sorted(map(str, data.keys()))}",
+            seq0,
+        )
+    for field in ("turn", "step", "index"):
+        value = data[field]
+        if type(value) is not int or not -_M <= value <= _M:
+            raise _bad(tag, f"{field} must be a safe integer, got {brief(value)}", seq0)
+    payload = data[payload_key]
+    if (type(payload) is not list and type(payload) is not tuple) or not payload:
+        raise _bad(tag, f"{payload_key} must be a non-empty list", seq0)
+    for text in payload:
+        if type(text) is not str:
+            raise _bad(tag, f"{payload_key} entries must be strings, got {brief(text)}", seq0)
+    if seq0 + len(payload) - 1 > _M:
+        raise _bad(tag, f"member seq {seq0 + len(payload) - 1} leaves the safe-integer range", seq0)
+    return seq0, data
+
+
+def _check_tool_data(tag: str, data: Any, seq0: int) -> None:
+    if data.keys() not in (_TOOL_DATA_KEYS, _NAMED_TOOL_DATA_KEYS):
+        raise _bad(
+            tag,
+            f"data keys must be {sorted(_TOOL_DATA_KEYS)} plus an optional 'name', "
+            f"got {sorted(map(str, data.keys()))}",
+            seq0,
+        )
+    if type(data["id"]) is not str:
+        raise _bad(tag, f"id must be a string, got {brief(data['id'])}", seq0)
+    if "name" in data and type(data["name"]) is not str:
+        raise _bad(tag, f"name must be a string, got {brief(data['name'])}", seq0)
+
+
+def _member_times(tag: str, seq0: int, time0: int, dt: Any, n: int) -> list[int]:
+    """Check a row's gaps and return its members' times."""
+    if (type(dt) is not list and type(dt) is not tuple) or len(dt) != n - 1:
+        got = f"{len(dt)} entries" if type(dt) is list or type(dt) is tuple else brief(dt)
+        raise _bad(tag, f"dt must list {n - 1} gaps for {n} members, got {got}", seq0)
+    times = [time0]
+    time = time0
+    for gap in dt:
+        if type(gap) is not int or not -_M <= gap <= _M:
+            raise _bad(tag, f"dt entries must be safe integers, got {brief(gap)}", seq0)
+        time += gap
+        if not -_M <= time <= _M:
+            raise _bad(tag, f"member time {time} leaves the safe-integer range", seq0)
+        times.append(time)
+    return times
+
+
+def _member_chunks(tag: str, chunk_type: str, data: Any, payload: Any) -> list[dict[str, Any]]:
+    """Return the ``chunk`` object of each member of a validated row."""
+    index = data["index"]
+    if tag != TOOL_ROW:
+        return [{"type": chunk_type, "index": index, "text": text} for text in payload]
+    call_id = data["id"]
+    if "name" in data:
+        name = data["name"]
+        return [
+            {"type": chunk_type, "index": index, "id": call_id, "name": name, "argumentsDelta": a}
+            for a in payload
+        ]
+    return [
+        {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": a} for a in payload
+    ]

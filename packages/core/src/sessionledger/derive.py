@@ -66,15 +66,14 @@ class DerivedMessages:
             self._messages = []
             self._processed = 0
             self._generation = surface.replace_generation
-        nodes = surface._nodes
-        if self._processed < len(nodes):
+        if self._processed < surface.node_count:
             log = self._log
             out = self._messages
-            for seq in nodes[self._processed :]:
+            for seq in surface.nodes_from(self._processed):
                 message = project_message(log[seq])
                 if message is not None:
                     out.append(message)
-            self._processed = len(nodes)
+            self._processed = surface.node_count
         return list(self._messages)
 
 

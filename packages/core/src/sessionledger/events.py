@@ -8,7 +8,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal, TypeAlias, final
 
 from sessionledger.errors import EventEnvelopeError, HeaderError, JsonValueError, SurfaceError
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, _bad_string, brief, snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, snapshot, string_flaw
 from sessionledger.vocabulary import RESERVED_TYPES
 
 __all__ = [
@@ -334,7 +334,7 @@ class SessionHeader:
             raise bad(f"id must be a non-empty string, got {brief(self.id)}")
         for name in ("id", "cwd", "parent_session", "title"):
             text = getattr(self, name)
-            if type(text) is str and not text.isascii() and _bad_string(text):
+            if type(text) is str and not text.isascii() and string_flaw(text):
                 raise bad(f"{name} contains a lone surrogate, which no JSON file can hold")
         if not _is_seq(self.created_at):
             raise bad(f"createdAt must be a non-negative integer, got {brief(self.created_at)}")

@@ -33,7 +33,7 @@ from typing import Any, Final
 import orjson
 
 from sessionledger.errors import JsonValueError
-from sessionledger.snapshot import FrozenDict
+from sessionledger.snapshot import FrozenDict, is_shallow
 
 __all__ = [
     "ORJSON_MAX_DEPTH",
@@ -115,7 +115,7 @@ def _is_shallow_record(record: dict[str, Any]) -> bool:
         if kind in _LEAF_TYPES:
             continue
         if kind is FrozenDict:
-            if not getattr(item, "_shallow", False):
+            if not is_shallow(item):
                 return False
         elif kind is tuple or kind is list:
             if not _LEAF_TYPES.issuperset(map(type, item)):
@@ -148,7 +148,7 @@ def dumps(value: Any) -> bytes:
     # The write path's common case (an event envelope around snapshot data) is settled
     # without the depth scan, which would cost several times the dump itself.
     shallow = (type(value) is dict and _is_shallow_record(value)) or (
-        type(value) is FrozenDict and getattr(value, "_shallow", False)
+        type(value) is FrozenDict and is_shallow(value)
     )
     if not shallow and _deeper_than(value, ORJSON_MAX_DEPTH):
         # Also where a cycle ends up; the fallback reports it.

@@ -26,7 +26,7 @@ from sessionledger.events import (
     parse_surface_op,
 )
 from sessionledger.registry import EventTypeRegistry
-from sessionledger.snapshot import MAX_SAFE_INTEGER, _bad_string, _fast_mapping, _Retry, snapshot
+from sessionledger.snapshot import MAX_SAFE_INTEGER, snapshot, string_flaw
 from sessionledger.surface import SurfaceManager
 from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
 
@@ -235,7 +235,7 @@ class Session:
         if (
             builtin_type(type) is not str
             or not type
-            or (not type.isascii() and _bad_string(type))
+            or (not type.isascii() and string_flaw(type))
             or (ignorable is not False and ignorable is not True)
             or type in RESERVED_TYPES
         ):
@@ -246,14 +246,7 @@ class Session:
             )
         log = self._log
         try:
-            if builtin_type(data) is dict:  # the common case, without snapshot's dispatch
-                try:
-                    frozen = _fast_mapping(data, 0)
-                    frozen._shallow = True
-                except _Retry:
-                    frozen = snapshot(data, "data")
-            else:
-                frozen = snapshot(data, "data")
+            frozen = snapshot(data, "data")
             declared = self._types.get(type)
             if declared is not None:
                 if declared.validate is not None:

@@ -8,7 +8,7 @@ checked is exactly what it stores: the frozen copy is built during the same walk
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn, TypeAlias, Union
+from typing import Any, Final, NoReturn, TypeAlias, Union
 
 from sessionledger.errors import JsonValueError
 
@@ -16,8 +16,12 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "FrozenDict",
     "JsonValue",
+    "brief",
     "is_safe_int",
+    "is_shallow",
+    "mark_shallow",
     "snapshot",
+    "string_flaw",
     "thaw",
 ]
 
@@ -38,9 +42,9 @@ class FrozenDict(dict[str, Any]):
     directly (it is a real ``dict`` subclass), and every mutating method raises ``TypeError``.
     """
 
-    # Set (to True) only on the root of a value snapshot built with its recursive fast
-    # path, which proves the value is at most _FAST_DEPTH + 1 levels deep; jsoncodec
-    # then serializes it without measuring its depth first. Private to the library.
+    # Set (to True, through mark_shallow) only on the root of a value whose depth is
+    # proved to be at most _FAST_DEPTH + 1 levels; jsoncodec then serializes it without
+    # measuring its depth first (is_shallow).
     __slots__ = ("_shallow",)
     _shallow: bool
 
@@ -85,6 +89,19 @@ def brief(value: object) -> str:
     return f"a {kind.__name__}"
 
 
+def mark_shallow(value: FrozenDict) -> FrozenDict:
+    """Record that *value* is proved at most ``_FAST_DEPTH + 1`` levels deep, so
+    ``jsoncodec.dumps`` may skip measuring it; return it. Only for values whose every
+    level the caller built itself (``snapshot``'s fast path, decoded chunk rows)."""
+    value._shallow = True
+    return value
+
+
+def is_shallow(value: FrozenDict) -> bool:
+    """Tell whether *value* was marked by ``mark_shallow``."""
+    return getattr(value, "_shallow", False)
+
+
 def is_safe_int(value: object) -> bool:
     """Tell whether *value* is an ``int`` (never a ``bool``) within ±(2**53 - 1)."""
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
@@ -99,7 +116,7 @@ def _bad_scalar(value: object) -> str | None:
     if value is None or kind is bool:
         return None
     if kind is str:
-        return _bad_string(value)  # type: ignore[arg-type]
+        return string_flaw(value)  # type: ignore[arg-type]
     if kind is int:
         if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
             return None
@@ -113,7 +130,9 @@ def _bad_scalar(value: object) -> str | None:
     return f"{kind.__qualname__} is not a JSON value"
 
 
-def _bad_string(text: str) -> str | None:
+def string_flaw(text: str) -> str | None:
+    """Return why *text* cannot be stored as JSON (UTF-8 cannot hold a lone surrogate),
+    or None when it can."""
     if text.isascii():
         return None
     try:
@@ -125,15 +144,15 @@ def _bad_string(text: str) -> str | None:
 
 def _describe_key(key: object) -> str:
     if type(key) is str:
-        return _bad_string(key) or ""
+        return string_flaw(key) or ""
     return f"key {key!r} of type {type(key).__qualname__} is not a string"
 
 
-def _fail(frames: list[Any], where: object, reason: str, root: str) -> NoReturn:
+def _fail(frames: list[_Frame], where: object, reason: str, root: str) -> NoReturn:
     """Raise a JsonValueError whose path runs from *root* through the open frames."""
     path = root
     for frame in frames:
-        path = _join(path, frame[4])
+        path = _join(path, frame.step)
     if where is not _NO_STEP:
         path = _join(path, where)
     raise JsonValueError(f"not a JSON value at {path}: {reason}", path=path)
@@ -166,8 +185,7 @@ def snapshot(value: object, path: str = "value") -> Any:
             frozen = _fast_mapping(value, 0)
         except _Retry:
             return _snapshot_container(value, path)
-        frozen._shallow = True
-        return frozen
+        return mark_shallow(frozen)
     if kind is list or kind is tuple:
         try:
             return _fast_sequence(value, 0)
@@ -196,11 +214,11 @@ def _fast_mapping(source: Any, depth: int) -> FrozenDict:
         raise _Retry
     out = FrozenDict(source)
     for key, item in source.items():
-        if type(key) is not str or (not key.isascii() and _bad_string(key)):
+        if type(key) is not str or (not key.isascii() and string_flaw(key)):
             raise _Retry
         kind = type(item)
         if kind is str:
-            if not item.isascii() and _bad_string(item):
+            if not item.isascii() and string_flaw(item):
                 raise _Retry
         elif kind is int:
             if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
@@ -223,7 +241,7 @@ def _fast_sequence(source: Any, depth: int) -> tuple[Any, ...]:
     for item in source:
         kind = type(item)
         if kind is str:
-            if not item.isascii() and _bad_string(item):
+            if not item.isascii() and string_flaw(item):
                 raise _Retry
         elif kind is int:
             if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
@@ -240,96 +258,79 @@ def _fast_sequence(source: Any, depth: int) -> tuple[Any, ...]:
     return tuple(out)
 
 
+_CONTAINERS: Final = (dict, list, tuple, FrozenDict)
+
+
+class _Frame:
+    """One container of the careful walk: where it is, and what is built of it so far."""
+
+    __slots__ = ("ident", "items", "keys", "step", "values")
+
+    def __init__(self, container: Any, step: object) -> None:
+        self.ident = id(container)
+        self.step = step
+        self.values: list[Any] = []
+        if type(container) is dict or type(container) is FrozenDict:
+            self.keys: list[str] | None = []
+            self.items: Iterator[Any] = iter(container.items())
+        else:
+            self.keys = None
+            self.items = enumerate(container)
+
+    def build(self) -> Any:
+        if self.keys is None:
+            return tuple(self.values)
+        return FrozenDict(zip(self.keys, self.values, strict=True))
+
+
 def _snapshot_container(root: Any, root_path: str) -> Any:
     """Validate and freeze iteratively: any depth, and errors that name their path."""
-    # A frame is [is_mapping, iterator, keys, values, step-in-parent, id].
     # Children that are containers push a new frame; the parent resumes from its
     # iterator once the child is built (post-order), so tuples can be built at the end.
-    max_int = MAX_SAFE_INTEGER
-    inf = _INF
-    dict_t, frozen_t, list_t, tuple_t = dict, FrozenDict, list, tuple
-    str_t, int_t, float_t, bool_t = str, int, float, bool
-    frames: list[Any] = []
+    frames: list[_Frame] = []
     on_path: set[int] = set()
 
     def push(container: Any, step: object) -> None:
-        ident = id(container)
-        if ident in on_path:
+        if id(container) in on_path:
             _fail(frames, step, "cycle: a container contains itself", root_path)
-        on_path.add(ident)
-        if type(container) is dict_t or type(container) is frozen_t:
-            frames.append([True, iter(container.items()), [], [], step, ident])
-        else:
-            frames.append([False, iter(container), None, [], step, ident])
+        on_path.add(id(container))
+        frames.append(_Frame(container, step))
 
     push(root, _NO_STEP)
-    result: Any = None
-    while frames:
+    while True:
         frame = frames[-1]
-        is_mapping, iterator, keys, values = frame[0], frame[1], frame[2], frame[3]
-        descended = False
-        if is_mapping:
-            for key, item in iterator:
-                if type(key) is not str_t or not key.isascii():
-                    reason = _describe_key(key)
-                    if reason:
-                        _fail(frames, key, reason, root_path)
-                keys.append(key)
-                kind = type(item)
-                if kind is str_t:
-                    if not item.isascii() and _bad_string(item):
-                        _fail(frames, key, "string contains a lone surrogate", root_path)
-                elif kind is int_t:
-                    if not -max_int <= item <= max_int:
-                        _fail(frames, key, f"integer {item} is outside ±(2**53 - 1)", root_path)
-                elif item is None or kind is bool_t:
-                    pass
-                elif kind is dict_t or kind is list_t or kind is tuple_t or kind is frozen_t:
-                    push(item, key)
-                    descended = True
-                    break
-                else:
-                    problem = _bad_scalar(item)
-                    if problem is not None:
-                        _fail(frames, key, problem, root_path)
-                values.append(item)
-        else:
-            for item in iterator:
-                kind = type(item)
-                if kind is str_t:
-                    if not item.isascii() and _bad_string(item):
-                        _fail(frames, len(values), "string contains a lone surrogate", root_path)
-                elif kind is int_t:
-                    if not -max_int <= item <= max_int:
-                        _fail(
-                            frames,
-                            len(values),
-                            f"integer {item} is outside ±(2**53 - 1)",
-                            root_path,
-                        )
-                elif item is None or kind is bool_t:
-                    pass
-                elif kind is dict_t or kind is list_t or kind is tuple_t or kind is frozen_t:
-                    push(item, len(values))
-                    descended = True
-                    break
-                elif kind is float_t and -inf < item < inf and item != 0.0:
-                    pass
-                else:
-                    problem = _bad_scalar(item)
-                    if problem is not None:
-                        _fail(frames, len(values), problem, root_path)
-                values.append(item)
-        if descended:
+        child = _advance(frame, frames, root_path)
+        if child is not None:
+            push(*child)
             continue
         frames.pop()
-        on_path.discard(frame[5])
-        built = frozen_t(zip(keys, values, strict=True)) if is_mapping else tuple_t(values)
-        if frames:
-            frames[-1][3].append(built)
-        else:
-            result = built
-    return result
+        on_path.discard(frame.ident)
+        built = frame.build()
+        if not frames:
+            return built
+        frames[-1].values.append(built)
+
+
+def _advance(frame: _Frame, frames: list[_Frame], root_path: str) -> tuple[Any, object] | None:
+    """Take *frame*'s scalars up to its next container child; return that child and its
+    step, or None when the frame is complete."""
+    keys, values = frame.keys, frame.values
+    for step, item in frame.items:
+        if keys is not None:
+            if type(step) is not str or not step.isascii():
+                reason = _describe_key(step)
+                if reason:
+                    _fail(frames, step, reason, root_path)
+            keys.append(step)
+        kind = type(item)
+        if kind in _CONTAINERS:
+            return item, step
+        if item is not None and kind is not bool:
+            problem = _bad_scalar(item)
+            if problem is not None:
+                _fail(frames, step, problem, root_path)
+        values.append(item)
+    return None
 
 
 def thaw(value: Any) -> Any:

@@ -70,6 +70,16 @@ class SurfaceManager:
         return view
 
     @property
+    def node_count(self) -> int:
+        """How many nodes are on the surface (without building the ``nodes`` tuple)."""
+        return len(self._nodes)
+
+    def nodes_from(self, position: int) -> list[int]:
+        """Return the seqs of the nodes at surface positions *position* and later: what a
+        cache that has seen the first *position* nodes still has to take in."""
+        return self._nodes[position:]
+
+    @property
     def replace_generation(self) -> int:
         """How many replaces have been committed; a change invalidates derived caches."""
         return self._generation
@@ -137,6 +147,13 @@ class SurfaceManager:
         if event.type == TOOL_RESULT:
             self._check_tool_result_rewrite(event, shadowed)
         return (i, j)
+
+    def shadowed_by(self, plan: Plan) -> tuple[int, ...]:
+        """Return the seqs a plan from ``plan`` would shadow (empty unless it replaces)."""
+        if plan is None or plan is _APPEND_PLAN:
+            return ()
+        i, j = plan
+        return tuple(self._nodes[i : j + 1])
 
     def apply(self, event: SessionEvent, plan: Plan) -> None:
         """Commit a plan made by ``plan`` for *event*, which is now the last event of the log."""
@@ -248,11 +265,10 @@ def fold_surface(events: Iterable[SessionEvent | Mapping[str, Any]]) -> SurfaceF
                 code="SEQ_GAP",
             )
         plan = manager.plan(event)
-        if plan is not None and plan is not _APPEND_PLAN:
-            i, j = plan
+        shadowed = manager.shadowed_by(plan)
+        if shadowed:
             op = event.surface_op
             assert type(op) is Replace
-            shadowed = tuple(manager._nodes[i : j + 1])
             replacements.append(Replacement(event.seq, op.start, op.end, shadowed))
         log.append(event)
         manager.apply(event, plan)
