@@ -37,11 +37,11 @@ def invariants_on(
     monkeypatch.setenv("SESSIONLEDGER_INVARIANTS", "1")
     original = sessionledger.ledger.make_plugin_manager
 
-    def with_invariants(plugins: Iterable[object] = (), *, load_entrypoints: bool = True) -> Any:
+    def with_invariants(plugins: Iterable[object] = (), **options: Any) -> Any:
         chosen = list(plugins)
         if not any(isinstance(plugin, InvariantsPlugin) for plugin in chosen):
             chosen.append(InvariantsPlugin())
-        return original(chosen, load_entrypoints=load_entrypoints)
+        return original(chosen, **options)
 
     monkeypatch.setattr(sessionledger.ledger, "make_plugin_manager", with_invariants)
     yield

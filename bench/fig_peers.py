@@ -211,7 +211,7 @@ async def _pragmas(root: Path) -> dict[str, str]:
     out = {}
     persistence = SqlitePersistence(root / "pragma-sl.db")
     await persistence.list()
-    db = persistence._db  # the store's own connection
+    db = persistence.log_store.connection  # the store's own connection
     assert db is not None
     mode = (await db.execute_fetchall("PRAGMA journal_mode"))[0][0]  # type: ignore[index]
     level = (await db.execute_fetchall("PRAGMA synchronous"))[0][0]  # type: ignore[index]

@@ -20,11 +20,13 @@ import orjson
 from bench.workloads import Op, replay_clock
 from sessionledger import Ledger, Session
 from sessionledger.chunks import pack_chunk_runs
-from sessionledger.memory import MemoryPersistence, MemoryStore
+from sessionledger.memory import MemoryLogStore, MemoryPersistence, MemoryStore
 from sessionledger.persistence import SessionPersistence
 from sessionledger.rows import event_columns
 from sessionledger_jsonl import JsonlPersistence
+from sessionledger_jsonl.store import JsonlLogStore
 from sessionledger_sqlite import SqlitePersistence
+from sessionledger_sqlite.store import SqliteLogStore
 
 __all__ = [
     "BACKENDS",
@@ -58,9 +60,9 @@ RAW_SELECT: Final = (
 
 #: Row caps per backend (SPEC §9): what the backend's packer is given.
 CAPS: Final[dict[str, tuple[int | None, int | None]]] = {
-    "memory": (MemoryPersistence.max_row_members, MemoryPersistence.max_row_bytes),
-    "jsonl": (JsonlPersistence.max_row_members, JsonlPersistence.max_row_bytes),
-    "sqlite": (SqlitePersistence.max_row_members, SqlitePersistence.max_row_bytes),
+    "memory": (MemoryLogStore.max_row_members, MemoryLogStore.max_row_bytes),
+    "jsonl": (JsonlLogStore.max_row_members, JsonlLogStore.max_row_bytes),
+    "sqlite": (SqliteLogStore.max_row_members, SqliteLogStore.max_row_bytes),
 }
 
 

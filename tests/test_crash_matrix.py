@@ -420,7 +420,7 @@ JSONL_REPAIR = [
     ("jsonl.truncate.before", "absent"),
     ("jsonl.truncate.after-truncate", "absent"),
     ("jsonl.truncate.after-fsync", "absent"),
-    ("core.repair.after-truncate", "absent"),
+    ("jsonl.repair.after-cut", "absent"),
     ("jsonl.append.before-write:1", "absent"),
     ("jsonl.append.mid-write:1", "partial"),
     ("jsonl.append.after-write:1", "present"),
@@ -429,11 +429,8 @@ JSONL_REPAIR = [
 ]
 SQLITE_REPAIR = [
     ("core.repair.begin", "absent"),
-    ("sqlite.truncate.before-commit", "absent"),
-    ("sqlite.truncate.after-commit", "absent"),
-    ("core.repair.after-truncate", "absent"),
-    ("sqlite.write.before-statement:1", "absent"),
-    ("sqlite.write.after-commit:1", "present"),
+    ("sqlite.repair.before-commit", "absent"),  # the cut and the closers: one transaction
+    ("sqlite.repair.after-commit", "present"),
     ("core.repair.after-closers", "present"),
 ]
 #: Rows that run without ``-m slow`` deselection too (the rest are marked slow).
@@ -441,9 +438,10 @@ QUICK = {
     ("jsonl", "jsonl.append.mid-write:3"),
     ("jsonl", "jsonl.publish.after-temp-fsync"),
     ("jsonl", "jsonl.truncate.after-truncate"),
+    ("jsonl", "jsonl.repair.after-cut"),
     ("sqlite", "sqlite.write.before-statement:3"),
     ("sqlite", "sqlite.write.after-commit:3"),
-    ("sqlite", "core.repair.after-truncate"),
+    ("sqlite", "sqlite.repair.before-commit"),
 }
 
 

@@ -40,6 +40,7 @@ import orjson
 import pytest
 
 import sessionledger_jsonl._files
+import sessionledger_jsonl._writing
 import sessionledger_jsonl.store
 import sessionledger_sqlite.store
 from sessionledger import Ledger, Session, SessionEvent, jsoncodec
@@ -397,7 +398,7 @@ class FaultyOs:
 def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FaultyOs]:
     def install(plan: dict[str, set[int]], error: int = errno.EIO) -> FaultyOs:
         proxy = FaultyOs(plan, error)
-        monkeypatch.setattr(sessionledger_jsonl.store, "os", proxy)
+        monkeypatch.setattr(sessionledger_jsonl._writing, "os", proxy)
         monkeypatch.setattr(sessionledger_jsonl._files, "os", proxy)
         return proxy
 

@@ -19,8 +19,10 @@ from sessionledger import (
     hookimpl,
     open_store,
 )
-from sessionledger.memory import MemoryPersistence, MemoryStore
+from sessionledger.memory import MemoryLogStore, MemoryPersistence, MemoryStore
+from sessionledger.persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+from sessionledger.testing.faults import FaultyStore
 
 
 def memory_ledger(store: MemoryStore | None = None, **options: Any) -> Ledger:
@@ -127,19 +129,19 @@ async def test_close_flushes_every_session_and_is_idempotent() -> None:
 
 
 async def test_close_closes_the_store_even_when_a_flush_fails() -> None:
-    backend = MemoryPersistence()
-
-    async def broken_write(*args: Any, **kwargs: Any) -> None:
-        raise OSError(errno.ENOSPC, "disk full")
-
-    backend._write = broken_write  # type: ignore[method-assign]
-    ledger = Ledger(persistence=backend, load_entrypoints=False)
+    faulty = FaultyStore(MemoryLogStore())
+    faulty.before_write = lambda write: raise_(OSError(errno.ENOSPC, "disk full"))
+    ledger = Ledger(persistence=SessionPersistence(faulty), load_entrypoints=False)
     closed_turn(ledger.create("lost"), 1)
     with pytest.raises(OSError, match="disk full") as caught:
         await ledger.close()
     assert any("'lost'" in note for note in caught.value.__notes__)
-    assert backend._closed
+    assert faulty.closed
     assert ledger.live_sessions() == []
+
+
+def raise_(error: BaseException) -> None:
+    raise error
 
 
 # -- resume and inspect -------------------------------------------------------------------
@@ -358,20 +360,14 @@ async def test_release_flushes_detaches_and_resume_brings_the_session_back() -> 
 
 
 async def test_release_keeps_the_session_live_when_its_flush_fails() -> None:
-    backend = MemoryPersistence()
-    ledger = Ledger(persistence=backend, load_entrypoints=False)
+    faulty = FaultyStore(MemoryLogStore())
+    ledger = Ledger(persistence=SessionPersistence(faulty), load_entrypoints=False)
     session = ledger.create("stuck")
     closed_turn(session, 1)
-
-    async def broken_write(*args: Any, **kwargs: Any) -> None:
-        raise OSError(errno.EIO, "injected")
-
-    real_write = backend._write
-    backend._write = broken_write  # type: ignore[method-assign]
+    faulty.fail_next_writes(OSError(errno.EIO, "injected"))
     with pytest.raises(OSError, match="injected"):
         await ledger.release(session)
     assert ledger.get("stuck") is session
-    backend._write = real_write  # type: ignore[method-assign]
     await ledger.release(session)
     assert ledger.get("stuck") is None
     await ledger.close()

@@ -7,7 +7,7 @@ from hypothesis import given
 from sessionledger import SessionHeader
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.jsoncodec import dumps
-from sessionledger.persistence import UNPARSABLE
+from sessionledger.logstore import UNPARSABLE
 from sessionledger.rows import (
     event_columns,
     header_columns,

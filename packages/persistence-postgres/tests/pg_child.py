@@ -76,7 +76,7 @@ async def race(url: str, session_id: str, rounds: int) -> None:
         say("ready")
         for number in range(rounds):
             wait()
-            seq = await store.stored_next_seq(session_id)
+            seq = await store.cursor(session_id)
             assert seq is not None
             try:
                 await store.append(session_id, [note(seq, round=number, pid=os.getpid())])
@@ -99,7 +99,7 @@ async def hammer(url: str, session_id: str, count: int, name: str) -> None:
         say("ready")
         wait()
         while wins < count:
-            seq = await store.stored_next_seq(session_id)
+            seq = await store.cursor(session_id)
             assert seq is not None
             try:
                 await store.append(session_id, [note(seq, worker=name, n=wins)])

@@ -8,7 +8,7 @@ import pytest
 
 from sessionledger.chunks import pack_chunk_runs, unpack_record
 from sessionledger.errors import JsonValueError
-from sessionledger.persistence import UNPARSABLE
+from sessionledger.logstore import UNPARSABLE
 from sessionledger_postgres.rows import batch_columns, plain_text, row_end, storage_record
 
 

@@ -592,7 +592,8 @@ async def test_commits_are_made_durable_even_if_the_server_default_is_not(
     store = open_store(url, plugins=[pg_plugin], load_entrypoints=False)
     assert isinstance(store, PostgresPersistence)
     try:
-        async with store._connection() as conn:  # white-box: a setting of pooled connections
+        # a setting of pooled connections, seen on one of them
+        async with store.log_store.connection() as conn:
             assert await conn.fetchval("SHOW synchronous_commit") == "on"
     finally:
         await store.close()

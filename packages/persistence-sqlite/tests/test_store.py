@@ -31,6 +31,7 @@ from sessionledger import (
     jsoncodec,
 )
 from sessionledger.ledger import open_store
+from sessionledger.logstore import Repair
 from sessionledger.repair import TOOL_OUTCOME_UNKNOWN
 from sessionledger_sqlite import SqlitePersistence
 from sessionledger_sqlite.plugin import parse_sqlite_url
@@ -175,7 +176,7 @@ async def test_pragmas_and_identity_of_a_new_database(tmp_path: Path) -> None:
     store = store_at(path)
     try:
         await store.list()
-        db = store._db  # white-box: connection-level pragmas are only visible on it
+        db = store.log_store.connection  # connection-level pragmas are only visible on it
         assert db is not None
         for pragma, expected in [
             ("journal_mode", "wal"),
@@ -196,9 +197,10 @@ async def test_synchronous_normal_and_busy_timeout_are_configurable(tmp_path: Pa
     store = store_at(tmp_path / "ledger.db", synchronous="NORMAL", busy_timeout=0.25)
     try:
         await store.list()
-        assert store._db is not None
-        assert list(await store._db.execute_fetchall("PRAGMA synchronous")) == [(1,)]
-        assert list(await store._db.execute_fetchall("PRAGMA busy_timeout")) == [(250,)]
+        db = store.log_store.connection
+        assert db is not None
+        assert list(await db.execute_fetchall("PRAGMA synchronous")) == [(1,)]
+        assert list(await db.execute_fetchall("PRAGMA busy_timeout")) == [(250,)]
     finally:
         await store.close()
 
@@ -383,8 +385,8 @@ def test_url_options_reach_the_store(tmp_path: Path) -> None:
     store = open_store(url, plugins=[sqlite_plugin], load_entrypoints=False)
     assert isinstance(store, SqlitePersistence)
     assert store.path == str(tmp_path / "x.db")
-    assert store._synchronous == "NORMAL"
-    assert store._busy_timeout == 0.5
+    assert store.log_store.synchronous == "NORMAL"
+    assert store.log_store.busy_timeout == 0.5
     with pytest.raises(ConfigError):
         open_store(
             f"sqlite:{tmp_path}/x.db?synchronous=OFF",
@@ -397,7 +399,7 @@ def test_scheme_is_discovered_through_the_entry_point(tmp_path: Path) -> None:
     store = open_store(f"sqlite:{tmp_path}/x.db")
     assert type(store) is SqlitePersistence
     assert store.scheme == "sqlite"
-    assert store.can_tear is False
+    assert store.log_store.can_tear is False
     assert sessionledger_sqlite.__all__ == ["SqlitePersistence"]
 
 
@@ -626,12 +628,12 @@ async def test_repair_computed_from_a_stale_read_deletes_nothing(tmp_path: Path)
     execute(path, "UPDATE events SET data = 'x' WHERE seq = 3")
     first, second = store_at(path), store_at(path)
     try:
-        raw = await first._read("s1")  # white-box: the step load takes before truncating
+        raw = await first.log_store.read_log("s1")  # the step load takes before repairing
         assert raw is not None
         await second.load("s1")  # truncates seq 3 itself
         await second.append("s1", turn(3, 2))
-        with pytest.raises(SeqMismatchError):
-            await first._truncate("s1", 3)
+        stale = Repair(header(), raw.revision, cut_at=3)
+        assert not await first.log_store.commit_repair(stale)  # refused: the log moved on
         assert rows(path, "SELECT seq FROM events ORDER BY seq") == [(i,) for i in range(6)]
     finally:
         await first.close()

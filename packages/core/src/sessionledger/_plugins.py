@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTOLOAD_SWITCH",
     "PluginSet",
+    "default_event_types",
     "make_plugin_manager",
 ]
 
@@ -41,17 +42,11 @@ AUTOLOAD_SWITCH = "SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD"
 
 
 class _CorePlugin:
-    """The core vocabulary and the ``memory:`` backend, registered like any plugin."""
+    """The core vocabulary, registered like any plugin."""
 
     @hookimpl
     def ledger_event_types(self) -> list[EventType]:
         return core_event_types()
-
-    @hookimpl
-    def ledger_backends(self) -> Mapping[str, BackendFactory]:
-        from sessionledger.memory import open_memory_store
-
-        return {"memory": open_memory_store}
 
 
 def autoload_enabled(load_entrypoints: bool) -> bool:
@@ -61,15 +56,22 @@ def autoload_enabled(load_entrypoints: bool) -> bool:
 
 
 def make_plugin_manager(
-    plugins: Iterable[object] = (), *, load_entrypoints: bool = True
+    plugins: Iterable[object] = (),
+    *,
+    load_entrypoints: bool = True,
+    builtins: Iterable[object] = (),
 ) -> pluggy.PluginManager:
-    """Return a fresh manager: core, then entry points of group ``sessionledger``, then
-    *plugins*, then what ``ledger_plugins`` adds. Invalid plugins raise ``ConfigError``.
+    """Return a fresh manager: the core vocabulary, *builtins* (the core's own other
+    plugins: the ledger passes the ``memory:`` backend), entry points of group
+    ``sessionledger``, *plugins*, then what ``ledger_plugins`` adds. Invalid plugins
+    raise ``ConfigError``.
     """
     pm = pluggy.PluginManager(PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     try:
         pm.register(_CorePlugin(), name=CORE_PLUGIN_NAME)
+        for plugin in builtins:
+            pm.register(plugin, name=_readable_name(pm, plugin))
         if autoload_enabled(load_entrypoints):
             pm.load_setuptools_entrypoints(PROJECT_NAME)
         for plugin in plugins:
@@ -91,6 +93,18 @@ def make_plugin_manager(
                     f"plugin {impl.plugin_name!r}: {name} does not support wrapper implementations"
                 )
     return pm
+
+
+_default_types: EventTypeRegistry | None = None
+
+
+def default_event_types() -> EventTypeRegistry:
+    """Return the registry a backend built without one reads with: the core vocabulary
+    plus what entry-point plugins declare (SPEC §17.18). Built once, on first use."""
+    global _default_types  # noqa: PLW0603 - built on first use, never at import
+    if _default_types is None:
+        _default_types = PluginSet(make_plugin_manager()).event_types
+    return _default_types
 
 
 def _readable_name(pm: pluggy.PluginManager, plugin: object) -> str:
@@ -199,9 +213,10 @@ class PluginSet:
                     exc_info=True,
                 )
 
-    async def flush(self, session: Session) -> None:
-        """Run every ``ledger_flush``; after all settle raise the first failure in
-        registration order (SPEC §6).
+    async def flush(self, session: Session, *, also: Awaitable[None] | None = None) -> None:
+        """Run every ``ledger_flush`` together with *also* (the ledger's own write-behind);
+        after all settle raise the first failure in registration order, *also* ranking
+        last (SPEC §6).
         """
         outcomes: list[BaseException | Awaitable[Any] | None] = []
         for impl in _registration_order(self.pm, "ledger_flush"):
@@ -209,6 +224,7 @@ class PluginSet:
                 outcomes.append(_call(impl, session=session))
             except Exception as error:
                 outcomes.append(error)
+        outcomes.append(also)
         pending = [item for item in outcomes if inspect.isawaitable(item)]
         results = await asyncio.gather(*pending, return_exceptions=True)
         settled = iter(results)

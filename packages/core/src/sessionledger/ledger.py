@@ -1,14 +1,17 @@
-"""``Ledger``: the live registry of sessions and the bridge to a store (SPEC §7)."""
+"""``Ledger``: the live registry of sessions, with their plugins and their store (SPEC §7)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Final, final
 
+from sessionledger import memory
 from sessionledger._plugins import PluginSet, make_plugin_manager
+from sessionledger.durability import Durability
 from sessionledger.errors import (
     ConfigError,
     ForkError,
@@ -17,14 +20,21 @@ from sessionledger.errors import (
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.hookspecs import hookimpl
 from sessionledger.persistence import SessionInfo, SessionPersistence
 from sessionledger.session import Clock, Session, SessionHooks, system_clock
 from sessionledger.snapshot import is_safe_int
 from sessionledger.vocabulary import TURN_END, TURN_START
-from sessionledger.writebehind import WriteBehind
 
 __all__ = ["Ledger", "open_store"]
+
+#: The core's own plugins besides its vocabulary: the ``memory:`` backend.
+_BUILTINS: Final = (memory,)
+
+
+def _plugin_set(plugins: Iterable[object], *, load_entrypoints: bool) -> PluginSet:
+    return PluginSet(
+        make_plugin_manager(plugins, load_entrypoints=load_entrypoints, builtins=_BUILTINS)
+    )
 
 
 def _scheme(url: str) -> str:
@@ -52,27 +62,7 @@ def open_store(
     """Return the backend serving *url* (``memory:``, ``jsonl:DIR``, ``sqlite:PATH``…),
     resolved through the ``ledger_backends`` hook. Unknown scheme → ``ConfigError``.
     """
-    return _open_with(
-        PluginSet(make_plugin_manager(plugins, load_entrypoints=load_entrypoints)), url
-    )
-
-
-class _Durability:
-    """The ledger's own plugin: committed events go to the session's write-behind."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._writers = ledger._writers
-
-    @hookimpl
-    def ledger_committed(self, session: Session, event: SessionEvent) -> None:
-        writer = self._writers.get(session)
-        if writer is not None:
-            writer.admit(event)
-
-    @hookimpl
-    def ledger_flush(self, session: Session) -> Any:
-        writer = self._writers.get(session)
-        return None if writer is None else writer.flush()
+    return _open_with(_plugin_set(plugins, load_entrypoints=load_entrypoints), url)
 
 
 @final
@@ -99,19 +89,17 @@ class Ledger:
             raise ConfigError(
                 f"write_delay_ms must be a non-negative integer, got {write_delay_ms!r}"
             )
-        self._writers: dict[Session, WriteBehind] = {}
         self._live: dict[str, Session] = {}
-        extra: list[object] = []
-        if persistence is not None or _url is not None:
-            extra.append(_Durability(self))
-        self._plugins = PluginSet(
-            make_plugin_manager([*plugins, *extra], load_entrypoints=load_entrypoints)
-        )
+        self._plugins = _plugin_set(plugins, load_entrypoints=load_entrypoints)
         if _url is not None:
             persistence = _open_with(self._plugins, _url)
         self._persistence = persistence
+        self._hooks = self._plugins.session_hooks
+        self._durability: Durability | None = None
+        if persistence is not None:
+            self._durability = Durability(persistence, delay=write_delay_ms / 1000)
+            self._hooks = dataclasses.replace(self._hooks, recorder=self._durability.record)
         self._clock = clock or system_clock
-        self._delay = write_delay_ms / 1000
         self._closed = False
 
     @classmethod
@@ -151,8 +139,8 @@ class Ledger:
         await self.close()
 
     def __del__(self) -> None:
-        writers = getattr(self, "_writers", None)
-        if writers and any(writer.pending for writer in writers.values()):
+        durability = getattr(self, "_durability", None)
+        if durability is not None and durability.has_pending():
             warnings.warn(
                 "Ledger was garbage-collected with unflushed events; call close()",
                 ResourceWarning,
@@ -193,9 +181,7 @@ class Ledger:
             title=title,
             meta=meta,  # type: ignore[arg-type]
         )
-        session = Session.create(
-            header=header, clock=self._clock, hooks=self._plugins.session_hooks
-        )
+        session = Session.create(header=header, clock=self._clock, hooks=self._hooks)
         self._publish(session, stored_length=None)
         return session
 
@@ -212,7 +198,7 @@ class Ledger:
         its events stay queued, in order, for the next flush."""
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
-        await self._plugins.flush(session)
+        await self._flush(session)
 
     async def resume(self, id: str) -> Session:
         """Return the live session *id*, or load it cold (validate, repair durably) and
@@ -222,9 +208,7 @@ class Ledger:
         if live is not None:
             return live
         persistence = self._require_store(id)
-        stored, session = await persistence._load_session(
-            id, commit=True, hooks=self._plugins.session_hooks, clock=self._clock
-        )
+        stored, session = await persistence.load_session(id, hooks=self._hooks, clock=self._clock)
         live = self._live.get(id)
         if live is not None:  # resumed concurrently while we were loading
             return live
@@ -238,11 +222,8 @@ class Ledger:
         if live is not None:
             return Session.restore(live.header, live.events, clock=self._clock)
         persistence = self._require_store(id)
-        _, session = await persistence._load_session(
-            id,
-            commit=False,
-            hooks=SessionHooks(event_types=self._plugins.event_types),
-            clock=self._clock,
+        _, session = await persistence.inspect_session(
+            id, hooks=SessionHooks(event_types=self._plugins.event_types), clock=self._clock
         )
         return session
 
@@ -262,7 +243,7 @@ class Ledger:
                 )
             if (
                 self._persistence is not None
-                and await self._persistence._revision(child_id) is not None
+                and await self._persistence.revision(child_id) is not None
             ):
                 raise ForkError(
                     "fork child already exists", code="SESSION_ALREADY_EXISTS", session_id=child_id
@@ -297,9 +278,7 @@ class Ledger:
             parent_session=header.id,
             seed_length=len(seed),
         )
-        child = Session.create(
-            header=child_header, seed=seed, clock=self._clock, hooks=self._plugins.session_hooks
-        )
+        child = Session.create(header=child_header, seed=seed, clock=self._clock, hooks=self._hooks)
         self._publish(child, stored_length=None)
         return child
 
@@ -361,7 +340,7 @@ class Ledger:
         brings it back. A failed flush raises and leaves the session live."""
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
-        await self._plugins.flush(session)
+        await self._flush(session)
         self._retire(session)
         if self._persistence is not None:
             await self._persistence.release(session.id)
@@ -381,11 +360,11 @@ class Ledger:
         failures: list[BaseException] = []
         for session in list(self._live.values()):
             try:
-                await self._plugins.flush(session)
+                await self._flush(session)
             except Exception as error:
-                writer = self._writers.get(session)
+                pending = 0 if self._durability is None else self._durability.pending(session)
                 error.add_note(
-                    f"session {session.id!r}: {writer.pending if writer else 0} committed "
+                    f"session {session.id!r}: {pending} committed "
                     "events could not be written before the ledger closed"
                 )
                 failures.append(error)
@@ -409,47 +388,23 @@ class Ledger:
             )
         return self._persistence
 
+    async def _flush(self, session: Session) -> None:
+        """Run the plugins' ``ledger_flush`` together with the session's write-behind."""
+        durable = None if self._durability is None else self._durability.flush(session)
+        await self._plugins.flush(session, also=durable)
+
     def _retire(self, session: Session) -> None:
         """Take *session* out of the ledger: no writer, no plugins, not live."""
         del self._live[session.id]
-        writer = self._writers.pop(session, None)
-        if writer is not None:
-            writer.cancel()
+        if self._durability is not None:
+            self._durability.detach(session)
         self._plugins.session_closed(session)
-        session._detach()
+        session.detach()
 
     def _publish(self, session: Session, *, stored_length: int | None) -> None:
         """Make *session* live: announce it (a plugin may refuse it) and queue whatever of
         its log is not stored yet (all of it, or what follows *stored_length*)."""
         self._plugins.session_created(session)
         self._live[session.id] = session
-        persistence = self._persistence
-        if persistence is None:
-            return
-        writer = WriteBehind(
-            _Sink(persistence, session.header, created=stored_length is not None),
-            delay=self._delay,
-            label=session.id,
-        )
-        self._writers[session] = writer
-        for event in session.events[stored_length or 0 :]:
-            writer.admit(event)
-
-
-class _Sink:
-    """Write one session's batches: register the header before the first batch."""
-
-    __slots__ = ("_created", "_header", "_persistence")
-
-    def __init__(
-        self, persistence: SessionPersistence, header: SessionHeader, *, created: bool
-    ) -> None:
-        self._persistence = persistence
-        self._header = header
-        self._created = created
-
-    async def __call__(self, batch: list[SessionEvent]) -> None:
-        if not self._created:
-            await self._persistence.create(self._header)
-            self._created = True
-        await self._persistence.append(self._header.id, batch)
+        if self._durability is not None:
+            self._durability.attach(session, stored_length=stored_length)

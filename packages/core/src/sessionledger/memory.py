@@ -1,12 +1,14 @@
-"""``MemoryPersistence`` (``memory:``): a real backend that keeps serialized records in RAM.
+"""The ``memory:`` backend: a real store that keeps serialized records in RAM.
 
 It stores what a file would hold — the header and each record as JSON bytes — so it
 exercises the same read path as the durable backends (parsing, packed rows, torn
-records) and the contract kit can tamper with it. Nothing survives the process.
+records) and the contract kit can tamper with it. Nothing survives the process. Like
+every backend it registers its URL scheme through the ``ledger_backends`` hook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -14,12 +16,20 @@ from collections.abc import Mapping
 from typing import Any, final
 
 from sessionledger import jsoncodec
-from sessionledger.errors import CorruptLogError, SeqMismatchError, SessionExistsError
-from sessionledger.events import SessionHeader
-from sessionledger.persistence import UNPARSABLE, RawLog, RawRecord, SessionPersistence
+from sessionledger.errors import CorruptLogError
+from sessionledger.hookspecs import BackendFactory, hookimpl
+from sessionledger.logstore import UNPARSABLE, Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
+from sessionledger.rows import member_count
 
-__all__ = ["MemoryPersistence", "MemoryStore", "open_memory_store"]
+__all__ = [
+    "MemoryLogStore",
+    "MemoryPersistence",
+    "MemoryStore",
+    "ledger_backends",
+    "open_memory_store",
+]
 
 logger = logging.getLogger("sessionledger")
 
@@ -30,39 +40,31 @@ _incarnations = itertools.count(1)
 class _Stored:
     header: bytes
     records: list[bytes]
-    next_seq: int
+    ends: list[int]  # the seq after each record's last event
     incarnation: int
     changes: int = 0
 
+    @property
+    def next_seq(self) -> int:
+        return self.ends[-1] if self.ends else 0
 
-#: Storage that several ``MemoryPersistence`` instances can share (id → stored log).
+
+#: Storage that several memory backends can share (id → stored log).
 MemoryStore = dict[str, _Stored]
 
 
 @final
-class MemoryPersistence(SessionPersistence):
-    """Keep sessions in this process's memory, serialized as JSON records.
-
-    Instances built on the same *store* see the same sessions, the way two processes
-    see one database file: that is how tests reopen a memory backend.
-    """
+class MemoryLogStore(LogStore):
+    """The storage primitives of the ``memory:`` backend, over a ``MemoryStore`` dict."""
 
     scheme = "memory"
     can_tear = True
 
-    def __init__(
-        self, *, event_types: EventTypeRegistry | None = None, store: MemoryStore | None = None
-    ) -> None:
-        super().__init__(event_types=event_types)
-        self._store: MemoryStore = store if store is not None else {}
+    def __init__(self, storage: MemoryStore | None = None) -> None:
+        self.storage: MemoryStore = storage if storage is not None else {}
 
-    @property
-    def store(self) -> MemoryStore:
-        """The storage this instance reads and writes (pass it to another instance)."""
-        return self._store
-
-    async def _read(self, session_id: str, from_seq: int = 0) -> RawLog | None:
-        stored = self._store.get(session_id)
+    async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+        stored = self.storage.get(session_id)
         if stored is None:
             return None
         records = []
@@ -80,80 +82,79 @@ class MemoryPersistence(SessionPersistence):
             ) from error
         return RawLog(header, records, _revision(stored))
 
-    async def _write(
-        self,
-        header: SessionHeader,
-        records: list[dict[str, Any]],
-        *,
-        next_seq: int,
-        materialize: bool,
-    ) -> None:
-        encoded = [jsoncodec.dumps(record) for record in records]
-        added = sum(_member_count(record) for record in records)
-        stored = self._store.get(header.id)
-        if materialize:
+    async def read_revision(self, session_id: str) -> str | None:
+        stored = self.storage.get(session_id)
+        return None if stored is None else _revision(stored)
+
+    async def write_batch(self, batch: Batch) -> bool:
+        encoded = [jsoncodec.dumps(record) for record in batch.records]
+        ends = _ends(batch)
+        stored = self.storage.get(batch.header.id)
+        if batch.creates:
             if stored is not None:
-                raise SessionExistsError("session already has a stored log", session_id=header.id)
-            self._store[header.id] = _Stored(
-                jsoncodec.dumps(header.to_json()), encoded, next_seq + added, next(_incarnations)
-            )
-            return
-        if stored is None or stored.next_seq != next_seq:
-            raise SeqMismatchError(
-                f"stored log ends before seq {stored.next_seq if stored else 0}, "
-                f"batch starts at {next_seq}",
-                session_id=header.id,
-                seq=next_seq,
-            )
+                return False
+            header = jsoncodec.dumps(batch.header.to_json())
+            self.storage[batch.header.id] = _Stored(header, encoded, ends, next(_incarnations))
+            return True
+        if stored is None or stored.next_seq != batch.first_seq:
+            return False
         stored.records.extend(encoded)
-        stored.next_seq += added
+        stored.ends.extend(ends)
         stored.changes += 1
+        return True
 
-    async def _truncate(self, session_id: str, position: Any) -> None:
-        stored = self._store[session_id]
-        del stored.records[position:]
-        stored.next_seq = sum(_member_count(jsoncodec.loads(line)) for line in stored.records)
-        stored.changes += 1
+    async def commit_repair(self, repair: Repair) -> bool:
+        stored = self.storage.get(repair.header.id)
+        if stored is None or _revision(stored) != repair.revision:
+            return False
+        if repair.cut_at is not None:
+            del stored.records[repair.cut_at :]
+            del stored.ends[repair.cut_at :]
+            stored.changes += 1
+        closers = repair.closers
+        if closers is not None:
+            if stored.next_seq != closers.first_seq:
+                return False
+            stored.records.extend(jsoncodec.dumps(record) for record in closers.records)
+            stored.ends.extend(_ends(closers))
+            stored.changes += 1
+        return True
 
-    async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
+    async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         found = []
-        for session_id, stored in self._store.items():
+        for session_id, stored in self.storage.items():
             try:
                 found.append((jsoncodec.loads(stored.header), _revision(stored)))
             except ValueError:  # one damaged header must not make the store unlistable
                 logger.warning("skipping session %r: its stored header is not JSON", session_id)
         return found
 
-    async def _revision(self, session_id: str) -> str | None:
-        stored = self._store.get(session_id)
-        return None if stored is None else _revision(stored)
-
-    async def _delete(self, session_id: str) -> bool:
-        return self._store.pop(session_id, None) is not None
+    async def delete_log(self, session_id: str) -> bool:
+        return self.storage.pop(session_id, None) is not None
 
     # -- tampering, for tests of the read path (the contract kit uses these) ------------
 
     def raw_records(self, session_id: str) -> list[bytes]:
         """Return the stored records of *session_id* as bytes (a copy)."""
-        return list(self._store[session_id].records)
+        return list(self.storage[session_id].records)
 
     def replace_raw_records(self, session_id: str, records: list[bytes]) -> None:
         """Overwrite the stored records of *session_id* with *records*, as a crash or a
-        damaged medium would. The next seq is recomputed from what still parses."""
-        stored = self._store[session_id]
+        damaged medium would. Record ends are recomputed from what still parses."""
+        stored = self.storage[session_id]
         stored.records = list(records)
-        count = 0
+        stored.ends = []
+        end = 0
         for line in records:
-            try:
-                count += _member_count(jsoncodec.loads(line))
-            except ValueError:
-                break
-        stored.next_seq = count
+            # An unreadable record ends nothing; the read path reports it.
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                end = _record_end(jsoncodec.loads(line))
+            stored.ends.append(end)
         stored.changes += 1
 
     def replace_raw_header(self, session_id: str, header: bytes) -> None:
         """Overwrite the stored header bytes of *session_id*."""
-        stored = self._store[session_id]
+        stored = self.storage[session_id]
         stored.header = header
         stored.changes += 1
 
@@ -162,14 +163,56 @@ def _revision(stored: _Stored) -> str:
     return f"{stored.incarnation}.{stored.changes}"
 
 
-def _member_count(record: Any) -> int:
-    if isinstance(record, Mapping) and "seq0" in record:
-        data = record.get("data")
-        if isinstance(data, Mapping):
-            members = data.get("texts", data.get("args"))
-            if isinstance(members, list | tuple):
-                return len(members)
-    return 1
+def _record_end(record: Mapping[str, Any]) -> int:
+    """The seq after a record's last event (an envelope or a packed row)."""
+    first = record["seq0"] if "seq0" in record else record["seq"]
+    return int(first) + member_count(record)
+
+
+def _ends(batch: Batch) -> list[int]:
+    ends = []
+    end = batch.first_seq
+    for record in batch.records:
+        end += member_count(record)
+        ends.append(end)
+    return ends
+
+
+@final
+class MemoryPersistence(SessionPersistence):
+    """Keep sessions in this process's memory, serialized as JSON records.
+
+    Backends built on the same *store* see the same sessions, the way two processes
+    see one database file: that is how tests reopen a memory backend.
+    """
+
+    def __init__(
+        self, *, event_types: EventTypeRegistry | None = None, store: MemoryStore | None = None
+    ) -> None:
+        self._memory = MemoryLogStore(store)
+        super().__init__(self._memory, event_types=event_types)
+
+    @property
+    def log_store(self) -> MemoryLogStore:
+        """The memory storage primitives this backend drives."""
+        return self._memory
+
+    @property
+    def store(self) -> MemoryStore:
+        """The sessions this backend reads and writes (pass it to another backend)."""
+        return self._memory.storage
+
+    def raw_records(self, session_id: str) -> list[bytes]:
+        """Return the stored records of *session_id* as bytes (a copy)."""
+        return self._memory.raw_records(session_id)
+
+    def replace_raw_records(self, session_id: str, records: list[bytes]) -> None:
+        """Overwrite the stored records of *session_id*, as a damaged medium would."""
+        self._memory.replace_raw_records(session_id, records)
+
+    def replace_raw_header(self, session_id: str, header: bytes) -> None:
+        """Overwrite the stored header bytes of *session_id*."""
+        self._memory.replace_raw_header(session_id, header)
 
 
 #: Named stores of this process: ``memory:NAME`` URLs share one (like SQLite's shared
@@ -183,3 +226,9 @@ def open_memory_store(url: str, *, event_types: EventTypeRegistry) -> MemoryPers
     if not name:
         return MemoryPersistence(event_types=event_types)
     return MemoryPersistence(event_types=event_types, store=_named_stores.setdefault(name, {}))
+
+
+@hookimpl
+def ledger_backends() -> Mapping[str, BackendFactory]:
+    """Serve ``memory:`` URLs."""
+    return {"memory": open_memory_store}

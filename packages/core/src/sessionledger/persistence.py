@@ -1,10 +1,11 @@
-"""``SessionPersistence``: the contract every backend honours (SPEC §11), and its policy.
+"""``SessionPersistence``: the persistence contract of SPEC §11, kept once over any store.
 
-The policy lives here, once: the committed-region / torn-tail rule, format and identity
-checks, unknown event types, cold repair, sequencing and per-id serialization. A backend
-implements a handful of storage primitives (``_read``, ``_write``, ``_truncate``,
-``_stored_headers``, ``_revision``, ``_delete``, ``_close``) that move records, not
-meaning, so nothing here is written twice across backends.
+This is the policy half of a backend, the same for every medium: which records are
+committed and which are a torn tail (``sessionledger.committed``), format, identity and
+event-type checks, crash repair, packing chunk runs into rows, sequencing, revision and
+stale-writer checks and how each refusal is worded, and per-id serialization. The other
+half is a ``LogStore`` (``sessionledger.logstore``), which only moves records; backends
+implement that and wrap it in a small ``SessionPersistence`` subclass.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ import contextlib
 import dataclasses
 import gc
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Final, NamedTuple, final
+from typing import Any, final
 
 from sessionledger import jsoncodec
 from sessionledger._failpoints import failpoint
-from sessionledger.chunks import pack_chunk_runs, unpack_events
+from sessionledger._plugins import default_event_types
+from sessionledger.chunks import pack_chunk_runs
+from sessionledger.committed import (
+    ScannedLog,
+    check_event_types,
+    check_version,
+    scan_log,
+    stored_header,
+)
 from sessionledger.errors import (
+    ConfigError,
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
@@ -32,26 +41,15 @@ from sessionledger.errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.logstore import Batch, LogStore, RawLog, Repair
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.session import Clock, Session, SessionHooks
-from sessionledger.vocabulary import TURN_END
 
-__all__ = [
-    "UNPARSABLE",
-    "RawLog",
-    "RawRecord",
-    "SessionInfo",
-    "SessionPersistence",
-    "StoredSession",
-    "default_event_types",
-]
+__all__ = ["SessionInfo", "SessionPersistence", "StoredSession"]
 
 logger = logging.getLogger("sessionledger")
-
-#: Stands in for a record a backend could not parse (``RawRecord.value``).
-UNPARSABLE: Final = object()
 
 
 @final
@@ -73,94 +71,45 @@ class SessionInfo:
     revision: str
 
 
-class RawRecord(NamedTuple):
-    """One physical record as a backend read it.
+class SessionPersistence:
+    """Durable storage for session logs (SPEC §11.1), over the primitives of *store*.
 
-    ``value`` is the parsed JSON (an event envelope or a packed chunk row) or
-    ``UNPARSABLE``; ``position`` is opaque to the core and handed back to ``_truncate``
-    to remove this record and everything after it; ``label`` names it in errors
-    (``"line 12"``, ``"row seq 40"``) and ``line``, for line-oriented media, is the
-    1-based line number a ``CorruptLogError`` reports.
-    """
-
-    value: Any
-    position: Any
-    label: str
-    line: int | None = None
-
-
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class RawLog:
-    """A stored log as a backend read it, before any validation.
-
-    ``header`` is the stored header JSON object (its version is checked by the core);
-    ``torn_at`` is the position of a trailing partial record the medium can have (a
-    JSONL line without its newline), or None.
-    """
-
-    header: Mapping[str, Any]
-    records: Sequence[RawRecord]
-    revision: str
-    location: str | None = None
-    torn_at: Any = None
-
-
-@final
-@dataclasses.dataclass(slots=True)
-class _Scan:
-    header: SessionHeader
-    events: list[SessionEvent]
-    torn_at: Any
-    revision: str
-    location: str | None
-
-
-_default_types: EventTypeRegistry | None = None
-
-
-def default_event_types() -> EventTypeRegistry:
-    """Return the registry a backend built on its own uses: core + entry-point plugins."""
-    global _default_types  # noqa: PLW0603 - built once, on first use, not at import
-    if _default_types is None:
-        from sessionledger._plugins import PluginSet, make_plugin_manager
-
-        _default_types = PluginSet(make_plugin_manager()).event_types
-    return _default_types
-
-
-class SessionPersistence(ABC):
-    """Durable storage for session logs (SPEC §11.1). All operations are async.
-
-    - ``create(header)`` registers a header; nothing is written until the first non-empty
-      ``append``. An id that already has a stored log raises ``SessionExistsError``.
+    - ``create(header)`` registers a header; nothing of the session is stored until the
+      first non-empty ``append``. An id with a stored log raises ``SessionExistsError``.
     - ``append(id, events)`` durably appends a contiguous batch; its first seq must equal
       the stored next seq (``SeqMismatchError``). Appending to a stored id this instance
       never created commits that log's cold repair first.
-    - ``load(id)`` reads, validates, truncates a torn tail and appends crash-repair
-      closers durably; ``inspect(id)`` does the same in memory only and never writes.
+    - ``load(id)`` reads, validates, cuts a torn tail and appends crash-repair closers
+      durably; ``inspect(id)`` does the same in memory only and never writes.
     - ``read_from(id, from_seq)`` returns the stored suffix as stored, no repair.
     - ``list()`` / ``list_snapshots()`` read headers (and revisions) only, ordered by
       ``created_at`` then id; ``delete(id)`` removes a session; ``close()`` is idempotent.
 
-    Operations on one session id are serialized within the process.
+    Operations on one session id are serialized within the process. *event_types* is
+    the registry the read path accepts (default: the core vocabulary plus entry-point
+    plugins).
     """
 
-    #: The URL scheme this backend serves (``"memory"``, ``"jsonl"``, ``"sqlite"``…).
-    scheme: ClassVar[str] = ""
-    #: Whether a crash can leave a partial trailing record (a torn tail) in this medium.
-    can_tear: ClassVar[bool] = False
-    #: Caps for packed chunk rows (SPEC §9); None means unbounded.
-    max_row_members: ClassVar[int | None] = None
-    max_row_bytes: ClassVar[int | None] = None
-
-    def __init__(self, *, event_types: EventTypeRegistry | None = None) -> None:
+    def __init__(self, store: LogStore, *, event_types: EventTypeRegistry | None = None) -> None:
+        if not isinstance(store, LogStore):
+            raise ConfigError(f"expected a LogStore, got {type(store).__qualname__}")
+        self._store = store
         self._event_types = event_types
         self._locks: dict[str, asyncio.Lock] = {}
-        self._created: dict[str, SessionHeader] = {}
-        self._cursors: dict[str, int] = {}
-        self._headers: dict[str, SessionHeader] = {}
+        self._created: dict[str, SessionHeader] = {}  # registered, nothing stored yet
+        self._cursors: dict[str, int] = {}  # the seq the next batch must start with
+        self._headers: dict[str, SessionHeader] = {}  # stored headers, by id
         self._closed = False
+
+    @property
+    def log_store(self) -> LogStore:
+        """The storage primitives this policy drives."""
+        return self._store
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme of the store (``"memory"``, ``"jsonl"``, ``"sqlite"``…)."""
+        return self._store.scheme
 
     @property
     def event_types(self) -> EventTypeRegistry:
@@ -169,64 +118,9 @@ class SessionPersistence(ABC):
             self._event_types = default_event_types()
         return self._event_types
 
-    # -- storage primitives: what a backend implements ----------------------------------
-
-    @abstractmethod
-    async def _read(self, session_id: str, from_seq: int = 0) -> RawLog | None:
-        """Read the stored log of *session_id*, or None when it has none.
-
-        A backend that can seek may start at the record that contains *from_seq* (a packed
-        row may start before it); others return every record.
-        """
-
-    @abstractmethod
-    async def _write(
-        self,
-        header: SessionHeader,
-        records: list[dict[str, Any]],
-        *,
-        next_seq: int,
-        materialize: bool,
-    ) -> None:
-        """Durably append *records* (the first event has seq *next_seq*) before returning.
-
-        With ``materialize=True`` the session has no stored log yet: store the header and
-        the records atomically, and raise ``SessionExistsError`` if a log appeared
-        meanwhile. A backend shared between processes re-checks that the stored next seq
-        is *next_seq* and raises ``SeqMismatchError`` otherwise. On failure nothing is
-        left half-written that a retry would duplicate.
-        """
-
-    @abstractmethod
-    async def _truncate(self, session_id: str, position: Any) -> None:
-        """Remove the record at *position* (from ``RawRecord``/``RawLog.torn_at``) and all
-        after it."""
-
-    @abstractmethod
-    async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        """Return ``(header JSON, revision)`` of every stored session, reading no events."""
-
-    @abstractmethod
-    async def _revision(self, session_id: str) -> str | None:
-        """Return the current revision of *session_id*, or None when nothing is stored."""
-
-    @abstractmethod
-    async def _delete(self, session_id: str) -> bool:
-        """Remove everything stored for *session_id*; return whether anything was."""
-
-    async def _close(self) -> None:
-        """Release the backend's resources (called once)."""
-        return None
-
-    async def _forget(self, session_id: str) -> None:
-        """Release what the backend holds for one session (a writer's lock, caches)."""
-        return None
-
     def locate(self, header: SessionHeader) -> str | None:
-        """Return where this session's artifact lives (a path), if the backend has one."""
-        return None
-
-    # -- the public contract ------------------------------------------------------------
+        """Return where this session's artifact lives (a path), if the store has one."""
+        return self._store.locate(header)
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         lock = self._locks.get(session_id)
@@ -234,15 +128,18 @@ class SessionPersistence(ABC):
             lock = self._locks[session_id] = asyncio.Lock()
         return lock
 
+    # -- writing ----------------------------------------------------------------------
+
     async def create(self, header: SessionHeader) -> None:
-        """Register *header*; nothing is written until the first non-empty append."""
+        """Register *header*; nothing of the session is stored until the first non-empty
+        append (a store may still prepare its medium, such as a database schema)."""
         if type(header) is not SessionHeader:
             raise HeaderError(f"create needs a SessionHeader, got {type(header).__qualname__}")
         session_id = header.id
         async with self._lock(session_id):
             if session_id in self._created or session_id in self._cursors:
                 raise SessionExistsError("session already exists", session_id=session_id)
-            if await self._revision(session_id) is not None:
+            if await self._store.read_revision(session_id) is not None:
                 raise SessionExistsError(
                     "session already has a stored log; resume it instead", session_id=session_id
                 )
@@ -259,39 +156,55 @@ class SessionPersistence(ABC):
             return
         async with self._lock(session_id):
             header = self._created.get(session_id)
-            materialize = header is not None
+            creates = header is not None
             if header is not None:
-                next_seq = 0
+                first = 0
             else:
                 if session_id not in self._cursors:
                     await self._load_locked(session_id, commit=True)
                 header = self._headers[session_id]
-                next_seq = self._cursors[session_id]
+                first = self._cursors[session_id]
             for offset, event in enumerate(batch):
-                if event.seq != next_seq + offset:
+                if event.seq != first + offset:
                     raise SeqMismatchError(
                         f"batch does not continue the stored log: expected seq "
-                        f"{next_seq + offset} at index {offset}, got {event.seq}",
+                        f"{first + offset} at index {offset}, got {event.seq}",
                         session_id=session_id,
                         seq=event.seq,
                     )
-            records = pack_chunk_runs(batch, self.max_row_members, self.max_row_bytes)
-            try:
-                await self._write(header, records, next_seq=next_seq, materialize=materialize)
-            except (SeqMismatchError, SessionExistsError):
-                # A write whose caller was cancelled (or whose reply was lost) may have
-                # landed, and write-behind retries it with newer events behind it: what
-                # storage already holds of this batch is written; only the rest is not.
-                landed = await self._landed(header, batch, materialize=materialize)
-                if not landed:
-                    raise
-                if landed < len(batch):
-                    rest = pack_chunk_runs(batch[landed:], self.max_row_members, self.max_row_bytes)
-                    await self._write(header, rest, next_seq=next_seq + landed, materialize=False)
-            if materialize:
+            await self._write(header, batch, first=first, creates=creates)
+            if creates:
                 del self._created[session_id]
                 self._headers[session_id] = header
-            self._cursors[session_id] = next_seq + len(batch)
+            self._cursors[session_id] = first + len(batch)
+
+    async def _write(
+        self, header: SessionHeader, events: list[SessionEvent], *, first: int, creates: bool
+    ) -> None:
+        if await self._store.write_batch(self._batch(header, events, first, creates)):
+            return
+        # Refused: storage does not end where this instance expects. A write whose
+        # caller was cancelled (or whose reply was lost) may have landed, and
+        # write-behind retries it with newer events behind it: what storage already
+        # holds of this batch is written; only the rest is not.
+        raw = await self._store.read_log(header.id, first)
+        scan = _readable(header.id, raw, first)
+        landed = _held_prefix(scan, header, events, creates=creates)
+        if landed == len(events):
+            return
+        if landed:
+            await self._write(header, events[landed:], first=first + landed, creates=False)
+            return
+        raise _refusal(header.id, first, creates=creates, raw=raw, scan=scan)
+
+    def _batch(
+        self, header: SessionHeader, events: list[SessionEvent], first: int, creates: bool
+    ) -> Batch:
+        store = self._store
+        records = pack_chunk_runs(events, store.max_row_members, store.max_row_bytes)
+        return Batch(header, records, first, first + len(events), creates)
+
+    # -- reading ----------------------------------------------------------------------
 
     async def load(self, session_id: str) -> StoredSession:
         """Read and validate a stored session, committing its cold repair durably."""
@@ -305,26 +218,33 @@ class SessionPersistence(ABC):
             stored, _ = await self._load_locked(session_id, commit=False)
             return stored
 
-    async def _load_session(
-        self, session_id: str, *, commit: bool, hooks: SessionHooks, clock: Clock | None
+    async def load_session(
+        self, session_id: str, *, hooks: SessionHooks | None = None, clock: Clock | None = None
     ) -> tuple[StoredSession, Session]:
-        """Load (or inspect) and return the validated session built on the way, so a
-        ledger resuming it validates the log once."""
+        """``load``, also returning the validated ``Session`` built on the way (with
+        *hooks* and *clock*), so a ledger resuming it validates the log once."""
         async with self._lock(session_id):
-            return await self._load_locked(session_id, commit=commit, hooks=hooks, clock=clock)
+            return await self._load_locked(session_id, commit=True, hooks=hooks, clock=clock)
+
+    async def inspect_session(
+        self, session_id: str, *, hooks: SessionHooks | None = None, clock: Clock | None = None
+    ) -> tuple[StoredSession, Session]:
+        """``inspect``, also returning the validated ``Session`` built on the way."""
+        async with self._lock(session_id):
+            return await self._load_locked(session_id, commit=False, hooks=hooks, clock=clock)
 
     async def read_from(self, session_id: str, from_seq: int) -> builtins.list[SessionEvent]:
         """Return the stored events with seq >= *from_seq*, as stored (no repair)."""
         if type(from_seq) is not int or from_seq < 0:
             raise ValueError(f"from_seq must be a non-negative integer, got {from_seq!r}")
         async with self._lock(session_id):
-            raw = await self._read(session_id, from_seq)
+            raw = await self._store.read_log(session_id, from_seq)
             if raw is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
-            # Read from its start (every backend reads everything for seq 0), a log must
+            # Read from its start (every store reads everything for seq 0), a log must
             # start at seq 0: a lost first record is committed-region damage (SPEC §11.2).
-            scan = self._scan(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
-            self._check_types(session_id, scan.events, scan.location)
+            scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
+            check_event_types(self.event_types, session_id, scan.events, scan.location)
             return [event for event in scan.events if event.seq >= from_seq]
 
     async def list(self) -> builtins.list[SessionHeader]:
@@ -338,10 +258,10 @@ class SessionPersistence(ABC):
         session must not make a whole store unlistable.
         """
         infos: builtins.list[SessionInfo] = []
-        for header_json, revision in await self._stored_headers():
+        for header_json, revision in await self._store.list_headers():
             try:
-                self._check_version(header_json, None)
-                header = _header(header_json, None, None)
+                check_version(header_json, None)
+                header = stored_header(header_json, None, None)
             except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
                 logger.warning("skipping a stored session this build cannot read: %s", error)
                 continue
@@ -349,64 +269,47 @@ class SessionPersistence(ABC):
         infos.sort(key=lambda info: (info.header.created_at, info.header.id))
         return infos
 
+    async def revision(self, session_id: str) -> str | None:
+        """Return the current revision of *session_id*, or None when nothing is stored."""
+        async with self._lock(session_id):
+            return await self._store.read_revision(session_id)
+
+    async def cursor(self, session_id: str) -> int | None:
+        """Return the seq this instance expects the next batch of *session_id* to start
+        with, or None when it has neither created nor read the session."""
+        if session_id in self._created:
+            return 0
+        return self._cursors.get(session_id)
+
+    # -- letting go ---------------------------------------------------------------------
+
     async def delete(self, session_id: str) -> None:
         """Remove a session; an unknown id raises ``SessionNotFoundError``."""
         async with self._lock(session_id):
             registered = self._created.pop(session_id, None) is not None
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
-            if not await self._delete(session_id) and not registered:
+            if not await self._store.delete_log(session_id) and not registered:
                 raise SessionNotFoundError("session not found", session_id=session_id)
 
     async def release(self, session_id: str) -> None:
-        """Forget *session_id* in this instance: its cursor, and whatever the backend holds
+        """Forget *session_id* in this instance: its cursor, and whatever the store holds
         for it (the JSONL writer lock, for one). A long-running process calls this when it
         is done with a session; the next use reads storage again, as a new instance would.
         Nothing stored changes."""
         async with self._lock(session_id):
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
-            await self._forget(session_id)
+            await self._store.release(session_id)
 
     async def close(self) -> None:
-        """Release the backend; later calls do nothing."""
+        """Release the store; later calls do nothing."""
         if self._closed:
             return
         self._closed = True
-        await self._close()
+        await self._store.close()
 
-    async def stored_next_seq(self, session_id: str) -> int | None:
-        """Return the next seq this instance will accept for *session_id*, if it knows it."""
-        if session_id in self._created:
-            return 0
-        return self._cursors.get(session_id)
-
-    # -- shared policy ------------------------------------------------------------------
-
-    async def _landed(
-        self, header: SessionHeader, batch: builtins.list[SessionEvent], *, materialize: bool
-    ) -> int:
-        """Count the events of *batch* storage already holds at their seqs as its tail (a
-        prefix of the batch, nothing after it), so a retried write can skip them; 0 when
-        the stored log continues otherwise (then the seq mismatch is real)."""
-        start = batch[0].seq
-        raw = await self._read(header.id, start)
-        if raw is None:
-            return 0
-        try:
-            scan = self._scan(header.id, raw, contiguous_from=0 if start == 0 else None)
-        except LedgerError:
-            return 0
-        if materialize and _bytes(scan.header.to_json()) != _bytes(header.to_json()):
-            return 0  # another writer's log under this id
-        stored = [event for event in scan.events if event.seq >= start]
-        if len(stored) > len(batch):
-            return 0
-        # Compared as stored bytes: data may be nested deeper than == can recurse.
-        for held, event in zip(stored, batch, strict=False):
-            if _bytes(held.to_json()) != _bytes(event.to_json()):
-                return 0
-        return len(stored)
+    # -- the cold load ------------------------------------------------------------------
 
     async def _load_locked(
         self,
@@ -416,13 +319,13 @@ class SessionPersistence(ABC):
         hooks: SessionHooks | None = None,
         clock: Clock | None = None,
     ) -> tuple[StoredSession, Session]:
-        raw = await self._read(session_id)
+        raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
         with _gc_paused():
-            scan = self._scan(session_id, raw, contiguous_from=0)
+            scan = scan_log(session_id, raw, contiguous_from=0)
             events = scan.events
-            self._check_types(session_id, events, scan.location)
+            check_event_types(self.event_types, session_id, events, scan.location)
             closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             hooks = hooks or SessionHooks(event_types=self.event_types)
             try:
@@ -438,124 +341,105 @@ class SessionPersistence(ABC):
                 ) from error
         revision = scan.revision
         if commit and (scan.torn_at is not None or closers):
-            failpoint("core.repair.begin")
-            if scan.torn_at is not None:
-                await self._truncate(session_id, scan.torn_at)
-                failpoint("core.repair.after-truncate")
-            if closers:
-                records = pack_chunk_runs(closers, self.max_row_members, self.max_row_bytes)
-                await self._write(scan.header, records, next_seq=len(events), materialize=False)
-                failpoint("core.repair.after-closers")
-            revision = await self._revision(session_id) or revision
+            await self._repair(scan, closers)
+            revision = await self._store.read_revision(session_id) or revision
         if commit:
             self._headers[session_id] = scan.header
             self._cursors[session_id] = len(events) + len(closers)
-        stored = StoredSession(scan.header, (*events, *closers), revision)
-        return stored, session
+        return StoredSession(scan.header, (*events, *closers), revision), session
 
-    def _check_version(self, header_json: Mapping[str, Any], location: str | None) -> None:
-        if not isinstance(header_json, Mapping):
-            raise HeaderError("stored header is not a JSON object")
-        version = header_json.get("version")
-        session_id = header_json.get("id")
-        label = session_id if type(session_id) is str else None
-        if type(version) is not int:
-            found = "none" if version is None else f"a {type(version).__name__}"
-            raise HeaderError(f"stored header has no integer version ({found})", session_id=label)
-        if version > SESSION_FORMAT_VERSION:
-            raise FormatUnsupportedError(
-                f"log format v{version} was written by a newer sessionledger (this build reads "
-                f"v{SESSION_FORMAT_VERSION}); upgrade sessionledger to open it",
-                code="FORMAT_NEWER",
-                session_id=label,
-                path=location,
+    async def _repair(self, scan: ScannedLog, closers: builtins.list[SessionEvent]) -> None:
+        """Commit a cold load's repair: cut the torn tail, append the closers (SPEC §8)."""
+        failpoint("core.repair.begin")
+        end = len(scan.events)
+        repair = Repair(
+            scan.header,
+            scan.revision,
+            cut_at=scan.torn_at,
+            closers=self._batch(scan.header, closers, end, False) if closers else None,
+        )
+        if not await self._store.commit_repair(repair):
+            raise SeqMismatchError(
+                "the stored log changed since it was read; not repairing it (load the "
+                "session again)",
+                session_id=scan.header.id,
+                seq=end,
             )
-        if version < SESSION_FORMAT_VERSION:
-            raise FormatUnsupportedError(
-                f"log format v{version} is older than v{SESSION_FORMAT_VERSION} and this build "
-                "has no upgrade path for it",
-                code="FORMAT_OLDER",
-                session_id=label,
-                path=location,
-            )
+        failpoint("core.repair.after-closers")
 
-    def _scan(self, session_id: str, raw: RawLog, *, contiguous_from: int | None) -> _Scan:
-        """Apply the committed-region rule (SPEC §11.2) to a raw log."""
-        self._check_version(raw.header, raw.location)
-        header = _header(raw.header, session_id, raw.location)
-        if header.id != session_id:
-            raise CorruptLogError(
-                f"stored header belongs to session {header.id!r}",
-                session_id=session_id,
-                path=raw.location,
-            )
-        events: list[SessionEvent] = []
-        expected = contiguous_from
-        issue: tuple[RawRecord, str] | None = None
-        for record in raw.records:
-            decoded = _decode(record)
-            if issue is not None:
-                # Damage followed by a complete turn is inside the committed region.
-                if not isinstance(decoded, str) and any(
-                    event.type == TURN_END for event in decoded
-                ):
-                    bad, reason = issue
-                    raise CorruptLogError(
-                        f"committed region is damaged at {bad.label}: {reason}",
-                        session_id=session_id,
-                        path=raw.location,
-                        line=bad.line,
-                    )
-                continue
-            if isinstance(decoded, str):
-                issue = (record, decoded)
-                continue
-            if expected is None:
-                expected = decoded[0].seq
-            if any(event.seq != expected + offset for offset, event in enumerate(decoded)):
-                issue = (record, f"seq gap (expected {expected}, got {decoded[0].seq})")
-                continue
-            events.extend(decoded)
-            expected += len(decoded)
-        torn_at = issue[0].position if issue is not None else raw.torn_at
-        return _Scan(header, events, torn_at, raw.revision, raw.location)
 
-    def _check_types(
-        self, session_id: str, events: Sequence[SessionEvent], location: str | None
-    ) -> None:
-        known = self.event_types.declarations
-        for event in events:
-            if event.type not in known and not event.ignorable:
-                raise FormatUnsupportedError(
-                    f"event type {event.type!r} is unknown to this build and not marked "
-                    "ignorable; refusing to interpret the log (written by a newer program?)",
-                    code="UNKNOWN_EVENT_TYPE",
-                    session_id=session_id,
-                    seq=event.seq,
-                    path=location,
-                )
+def _readable(session_id: str, raw: RawLog | None, first: int) -> ScannedLog | None:
+    """Scan what a refused write found, or None when nothing (readable) is stored."""
+    if raw is None:
+        return None
+    try:
+        return scan_log(session_id, raw, contiguous_from=0 if first == 0 else None)
+    except LedgerError:
+        return None
+
+
+def _held_prefix(
+    scan: ScannedLog | None,
+    header: SessionHeader,
+    events: Sequence[SessionEvent],
+    *,
+    creates: bool,
+) -> int:
+    """Count the events of a batch that storage already holds at their seqs as its tail
+    (a prefix of the batch, nothing after it), so a retried write can skip them; 0 when
+    the stored log continues otherwise (then the refusal is real)."""
+    if scan is None:
+        return 0
+    if creates and _bytes(scan.header.to_json()) != _bytes(header.to_json()):
+        return 0  # another writer's log under this id
+    start = events[0].seq
+    stored = [event for event in scan.events if event.seq >= start]
+    if len(stored) > len(events):
+        return 0
+    # Compared as stored bytes: data may be nested deeper than == can recurse.
+    for held, event in zip(stored, events, strict=False):
+        if _bytes(held.to_json()) != _bytes(event.to_json()):
+            return 0
+    return len(stored)
+
+
+def _refusal(
+    session_id: str, first: int, *, creates: bool, raw: RawLog | None, scan: ScannedLog | None
+) -> LedgerError:
+    """Say why a store refused a batch starting at *first*, from what it holds now."""
+    if creates and raw is not None:
+        return SessionExistsError(
+            "session already has a stored log (another writer created it first)",
+            session_id=session_id,
+        )
+    if raw is None:
+        return SessionNotFoundError(
+            "session is no longer stored (deleted by another writer?)", session_id=session_id
+        )
+    if scan is None:
+        return SeqMismatchError(
+            f"batch starts at seq {first} but the stored log no longer reads as this "
+            "instance left it; load the session again",
+            session_id=session_id,
+            seq=first,
+        )
+    if scan.torn_at is not None and scan.end_seq <= first:
+        return SeqMismatchError(
+            "the stored log ends with a partial record written after this instance read it; "
+            "load the session again to repair it",
+            session_id=session_id,
+            seq=first,
+        )
+    return SeqMismatchError(
+        f"batch starts at seq {first} but the stored log continues at seq {scan.end_seq} "
+        "(another writer appended first)",
+        session_id=session_id,
+        seq=first,
+    )
 
 
 def _bytes(value: Any) -> bytes:
     return jsoncodec.dumps(value)
-
-
-def _header(
-    value: Mapping[str, Any], session_id: str | None, location: str | None
-) -> SessionHeader:
-    """Build the stored header; an invalid one is a damaged log (``CorruptLogError``)."""
-    try:
-        return SessionHeader.from_json(value)
-    except HeaderError as error:
-        raise CorruptLogError(
-            f"stored header is invalid: {error}", session_id=session_id, path=location
-        ) from error
-    except RecursionError:  # see _decode
-        raise CorruptLogError(
-            "stored header is invalid: a field is nested too deeply",
-            session_id=session_id,
-            path=location,
-        ) from None
 
 
 @contextlib.contextmanager
@@ -576,20 +460,3 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-def _decode(record: RawRecord) -> list[SessionEvent] | str:
-    """Decode one record into events, or return why it is not a valid record."""
-    value = record.value
-    if value is UNPARSABLE:
-        return "not valid JSON"
-    try:
-        return unpack_events(value)
-    except LedgerError as error:
-        return f"{error}"
-    except (TypeError, ValueError) as error:
-        return f"malformed record: {error}"
-    except RecursionError:
-        # A value nested too deeply for an error message's repr (events.py formats
-        # rejected fields with repr): damaged all the same, never a crash of the read.
-        return "malformed record: a field is nested too deeply"

@@ -14,7 +14,7 @@ from typing import Any
 
 from sessionledger import jsoncodec
 from sessionledger.events import SessionHeader
-from sessionledger.persistence import UNPARSABLE
+from sessionledger.logstore import UNPARSABLE
 
 __all__ = [
     "event_columns",

@@ -53,13 +53,27 @@ _CORE_TYPES = EventTypeRegistry.with_core()
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionHooks:
     """What a ledger attaches to its sessions: pre-commit validators, post-commit
-    observers (each with the plugin name used when its failure is logged) and the event
-    types it knows. Built once per ledger so ``append`` calls plain functions.
+    observers (each with the plugin name used when its failure is logged), the event
+    types it knows, and the *recorder* that carries each committed event towards the
+    store (the ledger's durability bridge, ``sessionledger.durability``). Built once per
+    ledger so ``append`` calls plain functions.
     """
 
     validators: tuple[Validator, ...] = ()
     observers: tuple[tuple[str, Observer], ...] = ()
     event_types: EventTypeRegistry = dataclasses.field(default_factory=lambda: _CORE_TYPES)
+    recorder: Observer | None = None
+    #: The recorder (when there is one) and then the observers: what ``append`` calls
+    #: after the commit, in this order.
+    post_commit: tuple[tuple[str, Observer], ...] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        chain = self.observers
+        if self.recorder is not None:
+            chain = (("sessionledger.durability", self.recorder), *chain)
+        object.__setattr__(self, "post_commit", chain)
 
 
 _NO_HOOKS = SessionHooks()
@@ -281,11 +295,13 @@ class Session:
         if plan is not None:
             self._surface.apply(event, plan)
         self._events_view = None
-        if hooks.observers:
-            self._notify(hooks.observers, event)
+        if hooks.post_commit:
+            self._notify(hooks.post_commit, event)
         return event
 
     def _notify(self, observers: tuple[tuple[str, Observer], ...], event: SessionEvent) -> None:
+        """Hand a committed event to the recorder and each observer in turn; a failure of
+        one is logged and stops neither the others nor the append."""
         self._busy = True
         try:
             for name, observe in observers:
@@ -342,9 +358,11 @@ class Session:
         """The hooks this session calls (empty for a detached session)."""
         return self._hooks
 
-    def _detach(self) -> None:
-        """Stop calling the ledger's hooks (the session left its ledger); the event types
-        stay, so registered checks still run on later appends."""
+    def detach(self) -> None:
+        """Stop calling the hooks of the ledger this session belonged to; the event types
+        stay, so registered checks still run on later appends. The ledger calls this when
+        the session leaves it (``release``, ``delete``, ``close``); later appends are
+        neither checked by its plugins nor stored."""
         self._hooks = SessionHooks(event_types=self._hooks.event_types)
 
     def event_at(self, seq: int) -> SessionEvent:

@@ -7,9 +7,8 @@ later line one storage record (an event envelope or a packed chunk row), each en
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -18,13 +17,12 @@ from sessionledger import jsoncodec
 from sessionledger.chunks import unpack_record
 from sessionledger.errors import CorruptLogError
 from sessionledger.events import SessionHeader
-from sessionledger.persistence import UNPARSABLE
+from sessionledger.logstore import UNPARSABLE
 
 __all__ = [
     "INCARNATION_KEY",
     "LOCK_NAME",
     "LOG_NAME",
-    "digest",
     "encode_records",
     "header_line",
     "next_seq_after",
@@ -87,7 +85,7 @@ def parse_header(line: bytes, path: str, session_id: str | None) -> tuple[dict[s
     return value, incarnation
 
 
-def encode_records(records: list[dict[str, Any]]) -> bytes:
+def encode_records(records: Sequence[Mapping[str, Any]]) -> bytes:
     """Return the lines of *records* (already packed by the core), each ended by ``\\n``."""
     return b"".join([jsoncodec.dumps(record) + b"\n" for record in records])
 
@@ -109,11 +107,6 @@ def seq_after_line(line: bytes) -> int:
     """
     members = unpack_record(parse_line(line))
     return next_seq_after(members[-1])
-
-
-def digest(data: bytes) -> bytes:
-    """Return a short fingerprint of a batch's bytes."""
-    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def stat_key(status: os.stat_result) -> tuple[int, int, int, int, int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from sessionledger import rows as layout
+from sessionledger import rows as core_rows
 from sessionledger.errors import JsonValueError
 
 __all__ = [
@@ -54,31 +54,31 @@ def plain_text(value: str | None, what: str, session_id: str) -> str | None:
 
 
 #: The core's row mapping, under the names this backend's store uses.
-json_text = layout.json_text
-parse_json = layout.parse_json_text
-member_count = layout.member_count
-revision_string = layout.revision_string
+json_text = core_rows.json_text
+parse_json = core_rows.parse_json_text
+member_count = core_rows.member_count
+revision_string = core_rows.revision_string
 
 
 def header_json(row: asyncpg.Record | Sequence[Any]) -> dict[str, Any]:
     """Rebuild the header JSON (SPEC key names) from a ``sessions`` row."""
-    return layout.header_json(tuple(row))
+    return core_rows.header_json(tuple(row))
 
 
 def batch_columns(session_id: str, records: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """Turn storage records into the seven parallel column arrays the store's insert
     unnests: seq, type, time, data, source_event_seqs, surface_op, ignorable."""
-    rows = [layout.event_columns(record) for record in records]
-    for row in rows:
+    event_rows = [core_rows.event_columns(record) for record in records]
+    for row in event_rows:
         plain_text(row[1], "event type", session_id)
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 7
+    return [list(column) for column in zip(*event_rows, strict=True)] if event_rows else [[]] * 7
 
 
 def storage_record(row: asyncpg.Record | Sequence[Any]) -> Any:
     """Rebuild the storage record of one ``events`` row, or ``UNPARSABLE``."""
-    return layout.record_from_columns(*row)
+    return core_rows.record_from_columns(*row)
 
 
 def row_end(tail: asyncpg.Record | Sequence[Any] | None) -> int:
     """Return the next seq after the last stored row (0 when there is none)."""
-    return 0 if tail is None else layout.row_end(*tail)
+    return 0 if tail is None else core_rows.row_end(*tail)

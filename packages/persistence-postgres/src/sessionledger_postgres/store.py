@@ -1,13 +1,14 @@
 """``PostgresPersistence``: session logs in a PostgreSQL schema, through asyncpg.
 
-The policy (committed region, repair, version and type checks, per-id locking) is the
-core's; this module moves rows. Many processes on many machines may share one store:
+The policy (committed region, repair, version and type checks, per-id locking, how a
+refusal is worded) is the core's; ``PostgresLogStore`` moves rows. Many processes on
+many machines may share one store:
 
 - an append batch is one SQL statement, hence one transaction: it advances
   ``sessions.next_seq`` only where it still equals the batch's first seq and inserts the
   rows in the same statement. The row lock serializes writers of one session, and the
-  re-check after the lock wait makes a stale writer insert nothing, so it gets
-  ``SeqMismatchError`` and the winner's rows are untouched. The primary key
+  re-check after the lock wait makes a stale writer insert nothing, so its batch is
+  refused and the winner's rows are untouched. The primary key
   ``(session_id, seq)`` is the second guard;
 - ``exclusive=True`` adds a per-session advisory lock, held on a dedicated connection
   from the first write until ``close()``/``delete()``: a second writer fails fast with
@@ -36,18 +37,17 @@ from sessionledger.errors import (
     CorruptLogError,
     LedgerError,
     SeqMismatchError,
-    SessionExistsError,
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.events import SessionHeader
-from sessionledger.persistence import UNPARSABLE, RawLog, RawRecord, SessionPersistence
+from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_postgres import rows
 from sessionledger_postgres import schema as schema_module
 from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name, quote
 
-__all__ = ["PostgresPersistence"]
+__all__ = ["PostgresLogStore", "PostgresPersistence"]
 
 _HEADER_COLUMNS: Final = (
     "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
@@ -102,7 +102,6 @@ class _Statements:
             f"{into_events}SELECT advanced.id, r.* FROM advanced, "
             + _UNNEST.format("$4", "$5", "$6", "$7", "$8", "$9", "$10")
         )
-        self.next_seq = f"SELECT next_seq FROM {s}.sessions WHERE id = $1"
         self.revision = f"SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"
         self.lock_session = f"{self.revision} FOR UPDATE"
         self.delete_tail = f"DELETE FROM {s}.events WHERE session_id = $1 AND seq >= $2"
@@ -159,16 +158,8 @@ def _check_options(
 
 
 @final
-class PostgresPersistence(SessionPersistence):
-    """Keep session logs in a PostgreSQL schema, shared by any number of processes.
-
-    Construction is synchronous and touches nothing; the pool is created and the schema
-    checked (or created, race-free) on first use. *dsn* is a ``postgresql://`` URL as
-    asyncpg takes it (``?host=/socket/dir`` for a Unix socket); *schema* names the
-    PostgreSQL schema holding the tables; *pool_min_size* / *pool_max_size* size the
-    connection pool; *exclusive* takes a per-session advisory lock on first write (see the
-    module docs); *connect_timeout* and *command_timeout* are in seconds.
-    """
+class PostgresLogStore(LogStore):
+    """The storage primitives of the PostgreSQL backend (options as ``PostgresPersistence``)."""
 
     scheme = "postgresql"
     can_tear = False  # a transaction is all or nothing
@@ -179,7 +170,6 @@ class PostgresPersistence(SessionPersistence):
         self,
         dsn: str,
         *,
-        event_types: EventTypeRegistry | None = None,
         schema: str = DEFAULT_SCHEMA,
         pool_min_size: int = 1,
         pool_max_size: int = 8,
@@ -187,7 +177,6 @@ class PostgresPersistence(SessionPersistence):
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
     ) -> None:
-        super().__init__(event_types=event_types)
         if type(dsn) is not str or urlsplit(dsn).scheme not in ("postgresql", "postgres"):
             raise ConfigError(f"expected a postgresql:// URL, got {dsn!r}")
         _check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
@@ -208,9 +197,6 @@ class PostgresPersistence(SessionPersistence):
         self._lock_conn: asyncpg.Connection | None = None
         self._lock_gate = asyncio.Lock()
         self._held: set[str] = set()
-        # The revision each session had when this instance last read it: a truncation
-        # (repair) applies only to the log it was computed from.
-        self._seen: dict[str, str] = {}
 
     @property
     def schema(self) -> str:
@@ -223,7 +209,7 @@ class PostgresPersistence(SessionPersistence):
         return self._exclusive
 
     def __repr__(self) -> str:
-        return f"PostgresPersistence({_redact(self._dsn)!r}, schema={self._schema!r})"
+        return f"PostgresLogStore({_redact(self._dsn)!r}, schema={self._schema!r})"
 
     # -- pool, connections and errors ------------------------------------------------------
 
@@ -269,10 +255,9 @@ class PostgresPersistence(SessionPersistence):
             return pool
 
     @contextlib.asynccontextmanager
-    async def _connection(
-        self, session_id: str | None = None
-    ) -> AsyncIterator[PoolConnectionProxy]:
+    async def connection(self, session_id: str | None = None) -> AsyncIterator[PoolConnectionProxy]:
         """Lend a pooled connection for the body; translate driver errors on the way out."""
+        # Public for white-box tests of connection settings; the primitives use it too.
         pool = await self._get_pool()
         try:
             async with pool.acquire() as conn:
@@ -370,11 +355,11 @@ class PostgresPersistence(SessionPersistence):
 
     # -- storage primitives ----------------------------------------------------------------
 
-    async def _read(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+    async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         if rows.text_flaw(session_id) is not None:
             return None  # such an id can never have been stored
         async with (
-            self._connection(session_id) as conn,
+            self.connection(session_id) as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             head = await conn.fetchrow(self._sql.select_session, session_id)
@@ -384,35 +369,34 @@ class PostgresPersistence(SessionPersistence):
                 found = await conn.fetch(self._sql.select_events_from, session_id, from_seq)
             else:
                 found = await conn.fetch(self._sql.select_events, session_id)
-        revision = rows.revision_string(head[9], head[10])
-        self._seen[session_id] = revision
         records = [
             RawRecord(rows.storage_record(row), row[0], f"row seq {row[0]}") for row in found
         ]
-        header = rows.header_json(head)
-        if header.get("meta") is UNPARSABLE:
-            raise CorruptLogError(
-                "stored header meta is not valid JSON", session_id=session_id, path=self._location
-            )
-        return RawLog(header, records, revision, self._location)
+        revision = rows.revision_string(head[9], head[10])
+        return RawLog(rows.header_json(head), records, revision, self._location)
 
-    async def _write(
-        self,
-        header: SessionHeader,
-        records: list[dict[str, Any]],
-        *,
-        next_seq: int,
-        materialize: bool,
-    ) -> None:
+    async def read_revision(self, session_id: str) -> str | None:
+        if rows.text_flaw(session_id) is not None:
+            return None
+        async with self.connection(session_id) as conn:
+            row = await conn.fetchrow(self._sql.revision, session_id)
+        return None if row is None else rows.revision_string(row[0], row[1])
+
+    async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
+        async with self.connection() as conn:
+            found = await conn.fetch(self._sql.select_headers)
+        return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
+
+    async def write_batch(self, batch: Batch) -> bool:
+        header = batch.header
         session_id = header.id
         # Serialize before touching the server: a value that cannot be stored writes nothing.
         rows.plain_text(session_id, "session id", session_id)
-        columns = rows.batch_columns(session_id, records)
-        end = next_seq + sum(rows.member_count(record) for record in records)
+        columns = rows.batch_columns(session_id, batch.records)
         if self._exclusive:
             await self._hold(session_id)
-        async with self._connection(session_id) as conn:
-            if materialize:
+        async with self.connection(session_id) as conn:
+            if batch.creates:
                 status = await conn.execute(
                     self._sql.materialize,
                     session_id,
@@ -425,74 +409,53 @@ class PostgresPersistence(SessionPersistence):
                     rows.plain_text(header.title, "title", session_id),
                     None if header.meta is None else rows.json_text(header.meta),
                     uuid.uuid4().hex,
-                    end,
+                    batch.end_seq,
                     *columns,
                 )
-                if _count(status) == 0:
-                    raise SessionExistsError(
-                        "session already has a stored log", session_id=session_id
-                    )
-                return
-            status = await conn.execute(self._sql.advance, session_id, end, next_seq, *columns)
-            if _count(status) > 0:
-                return
-            stored = await conn.fetchval(self._sql.next_seq, session_id)
-        if stored is None:
-            raise SessionNotFoundError(
-                "session is no longer stored (deleted by another writer?)", session_id=session_id
-            )
-        raise SeqMismatchError(
-            f"batch starts at seq {next_seq} but the stored log continues at seq {stored} "
-            "(another writer appended first)",
-            session_id=session_id,
-            seq=next_seq,
-        )
+            else:
+                status = await conn.execute(
+                    self._sql.advance, session_id, batch.end_seq, batch.first_seq, *columns
+                )
+        return _count(status) > 0
 
-    async def _truncate(self, session_id: str, position: Any) -> None:
-        seen = self._seen.pop(session_id, None)
+    async def commit_repair(self, repair: Repair) -> bool:
+        session_id = repair.header.id
+        closers = repair.closers
+        columns = None if closers is None else rows.batch_columns(session_id, closers.records)
         if self._exclusive:
             await self._hold(session_id)
-        async with self._connection(session_id) as conn, conn.transaction():
-            current = await conn.fetchrow(self._sql.lock_session, session_id)
-            if current is None:
-                raise SessionNotFoundError("session not found", session_id=session_id)
-            if seen is not None and rows.revision_string(*current) != seen:
-                raise SeqMismatchError(
-                    f"stored log changed since it was read; not truncating it at seq {position}",
-                    session_id=session_id,
-                    seq=position,
-                )
-            await conn.execute(self._sql.delete_tail, session_id, position)
-            end = rows.row_end(await conn.fetchrow(self._sql.select_tail, session_id))
-            await conn.execute(self._sql.set_end, session_id, end)
+        try:
+            async with self.connection(session_id) as conn, conn.transaction():
+                current = await conn.fetchrow(self._sql.lock_session, session_id)
+                if current is None or rows.revision_string(*current) != repair.revision:
+                    return False
+                if repair.cut_at is not None:
+                    await conn.execute(self._sql.delete_tail, session_id, repair.cut_at)
+                    end = rows.row_end(await conn.fetchrow(self._sql.select_tail, session_id))
+                    await conn.execute(self._sql.set_end, session_id, end)
+                if closers is not None and columns is not None:
+                    status = await conn.execute(
+                        self._sql.advance, session_id, closers.end_seq, closers.first_seq, *columns
+                    )
+                    if _count(status) == 0:
+                        raise _Refused  # rolls the cut back too
+        except _Refused:
+            return False
+        return True
 
-    async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        async with self._connection() as conn:
-            found = await conn.fetch(self._sql.select_headers)
-        return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
-
-    async def _revision(self, session_id: str) -> str | None:
-        if rows.text_flaw(session_id) is not None:
-            return None
-        async with self._connection(session_id) as conn:
-            row = await conn.fetchrow(self._sql.revision, session_id)
-        return None if row is None else rows.revision_string(row[0], row[1])
-
-    async def _forget(self, session_id: str) -> None:
-        self._seen.pop(session_id, None)
-        await self._release(session_id)
-
-    async def _delete(self, session_id: str) -> bool:
-        self._seen.pop(session_id, None)
+    async def delete_log(self, session_id: str) -> bool:
         if rows.text_flaw(session_id) is not None:
             return False
-        async with self._connection(session_id) as conn:
+        async with self.connection(session_id) as conn:
             # ON DELETE CASCADE removes the event rows in the same statement.
             deleted = await conn.fetchval(self._sql.delete, session_id)
         await self._release(session_id)
         return deleted is not None
 
-    async def _close(self) -> None:
+    async def release(self, session_id: str) -> None:
+        await self._release(session_id)
+
+    async def close(self) -> None:
         async with self._gate:
             self._shut = True
             pool, self._pool = self._pool, None
@@ -507,3 +470,61 @@ class PostgresPersistence(SessionPersistence):
                 await asyncio.wait_for(pool.close(), _GRACEFUL_CLOSE_S)
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pool.terminate()
+
+
+class _Refused(Exception):
+    """The closers of a repair did not continue the log: roll the repair back."""
+
+
+@final
+class PostgresPersistence(SessionPersistence):
+    """Keep session logs in a PostgreSQL schema, shared by any number of processes.
+
+    Construction is synchronous and touches nothing; the pool is created and the schema
+    checked (or created, race-free) on first use. *dsn* is a ``postgresql://`` URL as
+    asyncpg takes it (``?host=/socket/dir`` for a Unix socket); *schema* names the
+    PostgreSQL schema holding the tables; *pool_min_size* / *pool_max_size* size the
+    connection pool; *exclusive* takes a per-session advisory lock on first write (see the
+    module docs); *connect_timeout* and *command_timeout* are in seconds.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        event_types: EventTypeRegistry | None = None,
+        schema: str = DEFAULT_SCHEMA,
+        pool_min_size: int = 1,
+        pool_max_size: int = 8,
+        exclusive: bool = False,
+        connect_timeout: float = 10.0,
+        command_timeout: float | None = None,
+    ) -> None:
+        self._postgres = PostgresLogStore(
+            dsn,
+            schema=schema,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            exclusive=exclusive,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+        )
+        super().__init__(self._postgres, event_types=event_types)
+
+    @property
+    def log_store(self) -> PostgresLogStore:
+        """The PostgreSQL storage primitives this backend drives."""
+        return self._postgres
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
+        return self._postgres.schema
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether writes take a per-session advisory lock."""
+        return self._postgres.exclusive
+
+    def __repr__(self) -> str:
+        return repr(self._postgres).replace("PostgresLogStore", "PostgresPersistence", 1)

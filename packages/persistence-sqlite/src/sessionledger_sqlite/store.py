@@ -1,11 +1,11 @@
 """``SqlitePersistence``: session logs in one SQLite database, through aiosqlite (SPEC §13).
 
-The policy (committed region, repair, version and type checks, per-id locking) is the
-core's; this module moves rows. One connection serves the store: every transaction runs
-under one ``asyncio.Lock``, so transactions of different sessions never interleave on it.
-Other processes may open the same file; SQLite's write lock (``BEGIN IMMEDIATE``)
-serializes writers across them, and each write re-checks the stored next seq inside its
-transaction, so a stale writer fails with ``SeqMismatchError`` and changes nothing.
+The policy (committed region, repair, version and type checks, per-id locking, how a
+refusal is worded) is the core's; ``SqliteLogStore`` moves rows. One connection serves
+the store: every statement runs under one ``asyncio.Lock``, so transactions of different
+sessions never interleave on it. Other processes may open the same file; SQLite's write
+lock serializes writers across them, and the schema's triggers re-check the stored next
+seq inside each write, so a stale writer's batch is refused and changes nothing.
 """
 
 from __future__ import annotations
@@ -25,24 +25,22 @@ from typing import Any, Final, Literal, final
 
 import aiosqlite
 
-from sessionledger import rows as layout
+from sessionledger import rows
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
     FormatUnsupportedError,
     LedgerError,
-    SeqMismatchError,
-    SessionExistsError,
     SessionLockedError,
-    SessionNotFoundError,
 )
 from sessionledger.events import SessionHeader
-from sessionledger.persistence import UNPARSABLE, RawLog, RawRecord, SessionPersistence
+from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_sqlite import schema
 
-__all__ = ["MEMORY", "SqlitePersistence"]
+__all__ = ["MEMORY", "SqliteLogStore", "SqlitePersistence"]
 
 #: The path that names a private in-memory database (``sqlite::memory:``).
 MEMORY: Final = ":memory:"
@@ -91,13 +89,20 @@ _SQLITE_CANTOPEN: Final = 14
 _SQLITE_NOTADB: Final = 26
 
 
-def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
-    return [value for row in rows for value in row]
+_SELECT_REVISION: Final = "SELECT incarnation, revision FROM sessions WHERE id = ?"
+
+
+def _flat(event_rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [value for row in event_rows for value in row]
 
 
 def _row_end(tail: Sequence[Any]) -> int:
     """Return the next seq after the last stored row (0 when there is none)."""
-    return layout.row_end(*tail[0]) if tail else 0
+    return rows.row_end(*tail[0]) if tail else 0
+
+
+class _Refused(Exception):
+    """A write the schema's triggers refused: the batch does not continue the stored log."""
 
 
 def _check_options(synchronous: str, busy_timeout: float) -> Literal["FULL", "NORMAL"]:
@@ -144,14 +149,9 @@ def _abandon(db: aiosqlite.Connection, path: str) -> None:
 
 
 @final
-class SqlitePersistence(SessionPersistence):
-    """Keep session logs in one SQLite database file (or ``:memory:``), through aiosqlite.
-
-    Construction is synchronous and touches nothing; the file is created (mode 0600) and
-    checked on first use. ``synchronous="NORMAL"`` trades the durability of the last
-    commits on power loss (not on a process crash) for fewer fsyncs; ``busy_timeout`` is
-    how long a write waits, in seconds, for another connection's write lock.
-    """
+class SqliteLogStore(LogStore):
+    """The storage primitives of the SQLite backend: rows of one database file (or
+    ``:memory:``), through one aiosqlite connection opened on first use."""
 
     scheme = "sqlite"
     can_tear = False  # a transaction is all or nothing
@@ -162,101 +162,96 @@ class SqlitePersistence(SessionPersistence):
         self,
         path: str | os.PathLike[str],
         *,
-        event_types: EventTypeRegistry | None = None,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout: float = 5.0,
     ) -> None:
-        super().__init__(event_types=event_types)
-        self._path = _check_path(path)
-        self._synchronous = _check_options(synchronous, busy_timeout)
-        self._busy_timeout = float(busy_timeout)
+        self.path: Final = _check_path(path)
+        self.synchronous: Final = _check_options(synchronous, busy_timeout)
+        self.busy_timeout: Final = float(busy_timeout)
+        self._location = None if self.path == MEMORY else self.path
         self._db: aiosqlite.Connection | None = None
-        self._finalizer: weakref.finalize[[aiosqlite.Connection, str], SqlitePersistence] | None = (
-            None
-        )
+        self._finalizer: weakref.finalize[[aiosqlite.Connection, str], SqliteLogStore] | None = None
         self._gate = asyncio.Lock()
         self._shut = False
-        # The revision each session had when this instance last read it: a truncation
-        # (repair) applies only to the log it was computed from.
-        self._seen: dict[str, str] = {}
 
     @property
-    def path(self) -> str:
-        """The database path (absolute), or ``":memory:"``."""
-        return self._path
+    def connection(self) -> aiosqlite.Connection | None:
+        """The open connection (None before first use and after ``close``)."""
+        return self._db
 
     def locate(self, header: SessionHeader) -> str | None:
         """Return the database file (it holds every session), or None in memory."""
-        return None if self._path == MEMORY else self._path
+        return self._location
 
     def __repr__(self) -> str:
-        return f"SqlitePersistence({self._path!r})"
+        return f"SqliteLogStore({self.path!r})"
 
     # -- connection and transactions -----------------------------------------------------
 
     async def _connect(self) -> aiosqlite.Connection:
         """Open and check the database; called under the gate."""
         if self._shut:
-            raise ConfigError(f"SQLite store {self._path!r} is closed")
+            raise ConfigError(f"SQLite store {self.path!r} is closed")
         if self._db is not None:
             return self._db
         db = await schema.open_database(
-            self._path,
-            memory=self._path == MEMORY,
-            synchronous=self._synchronous,
-            busy_timeout=self._busy_timeout,
+            self.path,
+            memory=self.path == MEMORY,
+            synchronous=self.synchronous,
+            busy_timeout=self.busy_timeout,
         )
         self._db = db
-        self._finalizer = weakref.finalize(self, _abandon, db, self._path)
+        self._finalizer = weakref.finalize(self, _abandon, db, self.path)
         self._finalizer.atexit = False  # at exit the daemon worker ends with the process
         return db
 
     @contextlib.asynccontextmanager
-    async def _transaction(
-        self, begin: str | None, session_id: str | None = None
-    ) -> AsyncIterator[aiosqlite.Connection]:
-        """Run the body as one transaction (``begin`` is ``BEGIN`` or ``BEGIN IMMEDIATE``;
-        None runs single autocommit statements) and translate driver errors."""
+    async def _connection(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
+        """Lend the connection for the body (its statements commit one by one) and
+        translate driver errors; a refused batch surfaces as ``_Refused``."""
         async with self._gate:
             try:
                 db = await self._connect()
                 if db.in_transaction:  # an earlier rollback was itself interrupted
                     await db.execute_fetchall("ROLLBACK")
-                if begin is None:
-                    yield db
-                    return
-                await db.execute_fetchall(begin)
-                try:
-                    yield db
-                    await db.execute_fetchall("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        await db.execute_fetchall("ROLLBACK")
-                    raise
+                yield db
+            except sqlite3.IntegrityError as error:
+                if schema.SEQ_MISMATCH in str(error):
+                    raise _Refused from error
+                raise self._translate(error, session_id) from error
             except (sqlite3.Error, OSError) as error:
                 raise self._translate(error, session_id) from error
 
+    @contextlib.asynccontextmanager
+    async def _transaction(
+        self, begin: str, session_id: str | None = None
+    ) -> AsyncIterator[aiosqlite.Connection]:
+        """Run the body as one transaction (``begin`` is ``BEGIN`` or ``BEGIN IMMEDIATE``)."""
+        async with self._connection(session_id) as db:
+            await db.execute_fetchall(begin)
+            try:
+                yield db
+                await db.execute_fetchall("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await db.execute_fetchall("ROLLBACK")
+                raise
+
     def _translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
         """Map a driver or OS error to the library's errors (the only place that does)."""
-        where = self._path
+        where = self.path
         if isinstance(error, OSError):
             return ConfigError(f"cannot create the database file {where!r}: {error}")
         code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
         if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
             return SessionLockedError(
                 f"the database is locked by another connection and stayed locked for the "
-                f"busy timeout ({self._busy_timeout:g} s): {error}",
+                f"busy timeout ({self.busy_timeout:g} s): {error}",
                 session_id=session_id,
             )
         if code == _SQLITE_NOTADB:
             return FormatUnsupportedError(
                 f"not a SQLite database: {error}", code="FOREIGN_STORE", path=where
-            )
-        if isinstance(error, sqlite3.IntegrityError) and schema.SEQ_MISMATCH in str(error):
-            return SeqMismatchError(
-                "the batch does not continue the stored log (another writer appended first, "
-                "or the session was deleted meanwhile); load the session again",
-                session_id=session_id,
             )
         if code == _SQLITE_CORRUPT or isinstance(error, sqlite3.IntegrityError):
             # A constraint failure means the stored rows disagree with the sessions table.
@@ -269,157 +264,114 @@ class SqlitePersistence(SessionPersistence):
             return ConfigError(f"the database {where!r} is read-only here: {error}")
         return LedgerError(f"SQLite failed on {where!r}: {error}", session_id=session_id)
 
-    # -- storage primitives ----------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------
 
-    async def _read(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+    async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         async with self._transaction("BEGIN", session_id) as db:
             head = list(await db.execute_fetchall(_SELECT_SESSION, (session_id,)))
             if not head:
                 return None
             if from_seq > 0:
-                rows = list(await db.execute_fetchall(_SELECT_EVENTS_FROM, (session_id, from_seq)))
+                found = await db.execute_fetchall(_SELECT_EVENTS_FROM, (session_id, from_seq))
             else:
-                rows = list(await db.execute_fetchall(_SELECT_EVENTS, (session_id,)))
+                found = await db.execute_fetchall(_SELECT_EVENTS, (session_id,))
+            event_rows = list(found)
         session = head[0]
-        revision = layout.revision_string(session[9], session[10])
-        self._seen[session_id] = revision
         records = [
-            RawRecord(layout.record_from_columns(*row), row[0], f"row seq {row[0]}") for row in rows
+            RawRecord(rows.record_from_columns(*row), row[0], f"row seq {row[0]}")
+            for row in event_rows
         ]
-        location = None if self._path == MEMORY else self._path
-        header = layout.header_json(session)
-        if header.get("meta") is UNPARSABLE:
-            raise CorruptLogError(
-                "stored header meta is not valid JSON", session_id=session_id, path=location
-            )
         torn_at = None
-        last = rows[-1] if rows else None
+        last = event_rows[-1] if event_rows else None
         end = 0 if last is None else _row_end([(last[0], last[6], last[3])])
         if session[11] != end:
             # The stored next seq disagrees with the rows (rows lost at the end, or a
             # damaged counter): like a torn tail, load cuts there, which rewrites the
             # counter; otherwise every repair append would fail its seq check forever.
             torn_at = end
-        return RawLog(header, records, revision, location, torn_at)
+        revision = rows.revision_string(session[9], session[10])
+        return RawLog(rows.header_json(session), records, revision, self._location, torn_at)
 
-    async def _write(
-        self,
-        header: SessionHeader,
-        records: list[dict[str, Any]],
-        *,
-        next_seq: int,
-        materialize: bool,
-    ) -> None:
-        session_id = header.id
+    async def read_revision(self, session_id: str) -> str | None:
+        async with self._connection(session_id) as db:
+            found = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
+        return rows.revision_string(*found[0]) if found else None
+
+    async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
+        async with self._connection(None) as db:
+            found = await db.execute_fetchall(_SELECT_HEADERS)
+        return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def write_batch(self, batch: Batch) -> bool:
+        session_id = batch.header.id
         # Serialize before writing: a value that cannot be stored writes nothing.
-        rows = [
-            (session_id, *layout.event_columns(record), layout.member_count(record))
-            for record in records
-        ]
+        event_rows = _event_rows(session_id, batch)
         try:
-            await self._insert(header, rows, next_seq=next_seq, materialize=materialize)
-        except SeqMismatchError as error:
-            raise await self._stale(session_id, next_seq) from error
+            if batch.creates:
+                created = await self._create(batch.header, event_rows)
+                if not created:
+                    return False
+            elif len(event_rows) <= _ROWS_PER_STATEMENT:
+                # The common append: one statement, committed on its own, whose triggers
+                # check that it continues the stored log (a stale writer is refused) and
+                # advance the log's end and revision: one round trip to the database.
+                async with self._connection(session_id) as db:
+                    failpoint("sqlite.write.before-statement")
+                    await db.execute_fetchall(_insert_events(len(event_rows)), _flat(event_rows))
+            else:
+                async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                    failpoint("sqlite.write.after-begin")
+                    await _insert_all(db, event_rows)
+                    failpoint("sqlite.write.before-commit")
+        except _Refused:
+            return False
         failpoint("sqlite.write.after-commit")
+        return True
 
-    async def _insert(
-        self,
-        header: SessionHeader,
-        rows: list[tuple[Any, ...]],
-        *,
-        next_seq: int,
-        materialize: bool,
-    ) -> None:
-        session_id = header.id
-        if not materialize and len(rows) <= _ROWS_PER_STATEMENT:
-            # The common append: one statement, committed on its own, whose triggers
-            # check that it continues the stored log (a stale writer is refused) and
-            # advance the log's end and revision: one round trip to the database.
-            async with self._transaction(None, session_id) as db:
-                failpoint("sqlite.write.before-statement")
-                await db.execute_fetchall(_insert_events(len(rows)), _flat(rows))
-            return
-        async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+    async def _create(self, header: SessionHeader, event_rows: list[tuple[Any, ...]]) -> bool:
+        """Insert the session row and its first batch in one transaction; False (nothing
+        inserted) when the id is taken. The row starts at seq 0, and the schema's
+        triggers advance it as the events go in."""
+        async with self._transaction("BEGIN IMMEDIATE", header.id) as db:
             failpoint("sqlite.write.after-begin")
-            if materialize:
-                inserted = await db.execute_fetchall(
-                    _INSERT_SESSION, (*layout.header_columns(header), uuid.uuid4().hex, next_seq)
-                )
-                if not list(inserted):
-                    raise SessionExistsError(
-                        "session already has a stored log", session_id=session_id
-                    )
-                failpoint("sqlite.write.after-session-row")
-            for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-                part = rows[start : start + _ROWS_PER_STATEMENT]
-                await db.execute_fetchall(_insert_events(len(part)), _flat(part))
+            inserted = await db.execute_fetchall(
+                _INSERT_SESSION, (*rows.header_columns(header), uuid.uuid4().hex, 0)
+            )
+            if not list(inserted):
+                return False
+            failpoint("sqlite.write.after-session-row")
+            await _insert_all(db, event_rows)
             failpoint("sqlite.write.before-commit")
+        return True
 
-    async def _stale(self, session_id: str, seq: int) -> LedgerError:
-        """Say why a batch starting at *seq* was refused (the error path reads once more)."""
-        async with self._transaction(None, session_id) as db:
-            stored = list(
-                await db.execute_fetchall(
-                    "SELECT next_seq FROM sessions WHERE id = ?", (session_id,)
-                )
-            )
-        if not stored:
-            return SessionNotFoundError(
-                "session is no longer stored (deleted by another writer?)", session_id=session_id
-            )
-        return SeqMismatchError(
-            f"batch starts at seq {seq} but the stored log continues at seq {stored[0][0]} "
-            "(another writer appended first)",
-            session_id=session_id,
-            seq=seq,
-        )
+    async def commit_repair(self, repair: Repair) -> bool:
+        session_id = repair.header.id
+        closers = [] if repair.closers is None else _event_rows(session_id, repair.closers)
+        try:
+            async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                current = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
+                if not current or rows.revision_string(*current[0]) != repair.revision:
+                    return False
+                if repair.cut_at is not None:
+                    await db.execute_fetchall(
+                        "DELETE FROM events WHERE session_id = ? AND seq >= ?",
+                        (session_id, repair.cut_at),
+                    )
+                    end = _row_end(list(await db.execute_fetchall(_SELECT_TAIL, (session_id,))))
+                    await db.execute_fetchall(
+                        "UPDATE sessions SET next_seq = ?, revision = revision + 1 WHERE id = ?",
+                        (end, session_id),
+                    )
+                await _insert_all(db, closers)
+                failpoint("sqlite.repair.before-commit")
+        except _Refused:
+            return False
+        failpoint("sqlite.repair.after-commit")
+        return True
 
-    async def _truncate(self, session_id: str, position: Any) -> None:
-        seen = self._seen.pop(session_id, None)
-        async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
-            current = list(
-                await db.execute_fetchall(
-                    "SELECT incarnation, revision FROM sessions WHERE id = ?", (session_id,)
-                )
-            )
-            if not current:
-                raise SessionNotFoundError("session not found", session_id=session_id)
-            if seen is not None and layout.revision_string(*current[0]) != seen:
-                raise SeqMismatchError(
-                    f"stored log changed since it was read; not truncating it at seq {position}",
-                    session_id=session_id,
-                    seq=position,
-                )
-            await db.execute_fetchall(
-                "DELETE FROM events WHERE session_id = ? AND seq >= ?", (session_id, position)
-            )
-            end = _row_end(list(await db.execute_fetchall(_SELECT_TAIL, (session_id,))))
-            await db.execute_fetchall(
-                "UPDATE sessions SET next_seq = ?, revision = revision + 1 WHERE id = ?",
-                (end, session_id),
-            )
-            failpoint("sqlite.truncate.before-commit")
-        failpoint("sqlite.truncate.after-commit")
-
-    async def _stored_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        async with self._transaction(None) as db:
-            rows = await db.execute_fetchall(_SELECT_HEADERS)
-        return [(layout.header_json(row), layout.revision_string(row[9], row[10])) for row in rows]
-
-    async def _revision(self, session_id: str) -> str | None:
-        async with self._transaction(None, session_id) as db:
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT incarnation, revision FROM sessions WHERE id = ?", (session_id,)
-                )
-            )
-        return layout.revision_string(*rows[0]) if rows else None
-
-    async def _forget(self, session_id: str) -> None:
-        self._seen.pop(session_id, None)
-
-    async def _delete(self, session_id: str) -> bool:
-        self._seen.pop(session_id, None)
+    async def delete_log(self, session_id: str) -> bool:
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
             # ON DELETE CASCADE (foreign_keys=ON is checked at open) removes the rows.
             deleted = bool(
@@ -433,7 +385,7 @@ class SqlitePersistence(SessionPersistence):
         failpoint("sqlite.delete.after-commit")
         return deleted
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         async with self._gate:
             self._shut = True
             db, self._db = self._db, None
@@ -444,3 +396,53 @@ class SqlitePersistence(SessionPersistence):
                     await db.close()
                 except sqlite3.Error as error:
                     raise self._translate(error, None) from error
+
+
+def _event_rows(session_id: str, batch: Batch) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of a batch: each record's columns and its member count."""
+    return [
+        (session_id, *rows.event_columns(record), rows.member_count(record))
+        for record in batch.records
+    ]
+
+
+async def _insert_all(db: aiosqlite.Connection, event_rows: list[tuple[Any, ...]]) -> None:
+    """Insert rows in statements of at most ``_ROWS_PER_STATEMENT`` (inside a transaction)."""
+    for start in range(0, len(event_rows), _ROWS_PER_STATEMENT):
+        part = event_rows[start : start + _ROWS_PER_STATEMENT]
+        await db.execute_fetchall(_insert_events(len(part)), _flat(part))
+
+
+@final
+class SqlitePersistence(SessionPersistence):
+    """Keep session logs in one SQLite database file (or ``:memory:``), through aiosqlite.
+
+    Construction is synchronous and touches nothing; the file is created (mode 0600) and
+    checked on first use. ``synchronous="NORMAL"`` trades the durability of the last
+    commits on power loss (not on a process crash) for fewer fsyncs; ``busy_timeout`` is
+    how long a write waits, in seconds, for another connection's write lock.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        event_types: EventTypeRegistry | None = None,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        self._sqlite = SqliteLogStore(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        super().__init__(self._sqlite, event_types=event_types)
+
+    @property
+    def log_store(self) -> SqliteLogStore:
+        """The SQLite storage primitives this backend drives."""
+        return self._sqlite
+
+    @property
+    def path(self) -> str:
+        """The database path (absolute), or ``":memory:"``."""
+        return self._sqlite.path
+
+    def __repr__(self) -> str:
+        return f"SqlitePersistence({self.path!r})"

@@ -1,0 +1,167 @@
+"""``LogStore``: the storage primitives a backend implements (SPEC §11.1).
+
+A store moves records and knows nothing of what they mean. Every rule that is the same
+for all media lives once in ``SessionPersistence``, which drives the store: which records
+are committed and which are a torn tail, crash repair, packing chunk runs, format and
+header checks, unknown event types, revision and stale-writer checks and how they are
+worded. ``packages/core/README.md`` ("Writing a backend") says what each primitive must
+guarantee when the process dies in the middle of it.
+
+The records a store reads and writes are JSON objects: event envelopes and packed chunk
+rows, made by the core's codec (``sessionledger.chunks``). A store keeps them exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NamedTuple, final
+
+from sessionledger.events import SessionHeader
+
+__all__ = ["UNPARSABLE", "Batch", "LogStore", "RawLog", "RawRecord", "Repair"]
+
+#: Stands in for a record a store could not parse (``RawRecord.value``).
+UNPARSABLE: Final = object()
+
+
+class RawRecord(NamedTuple):
+    """One physical record as a store read it.
+
+    ``value`` is the parsed JSON object (an event envelope or a packed chunk row) or
+    ``UNPARSABLE``; ``position`` is opaque to the core and handed back in ``Repair.cut_at``
+    to remove this record and everything after it; ``label`` names it in errors
+    (``"line 12"``, ``"row seq 40"``) and ``line``, for line-oriented media, is the
+    1-based line number a ``CorruptLogError`` reports.
+    """
+
+    value: Any
+    position: Any
+    label: str
+    line: int | None = None
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawLog:
+    """A stored log as a store read it, before any validation.
+
+    ``header`` is the stored header JSON object (the core checks its version and fields);
+    ``revision`` describes exactly the state these records were read from; ``torn_at``
+    is the position of a trailing partial record the medium can have (a JSONL line
+    without its newline), or None; ``location`` names the artifact in errors.
+    """
+
+    header: Mapping[str, Any]
+    records: Sequence[RawRecord]
+    revision: str
+    location: str | None = None
+    torn_at: Any = None
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """Records to append to one session's log, as one durable unit.
+
+    ``first_seq`` is the seq of the batch's first event and ``end_seq`` the seq after its
+    last one (a packed row stands for several events). ``creates`` marks the first batch
+    of a session: the store keeps ``header`` and the records together, atomically.
+    """
+
+    header: SessionHeader
+    records: Sequence[Mapping[str, Any]]
+    first_seq: int
+    end_seq: int
+    creates: bool = False
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class Repair:
+    """What a cold load commits to a log it read at ``revision``: cut the log at
+    ``cut_at`` (a ``RawRecord.position`` or ``RawLog.torn_at``; None cuts nothing), then
+    append ``closers`` (None appends nothing)."""
+
+    header: SessionHeader
+    revision: str
+    cut_at: Any = None
+    closers: Batch | None = None
+
+
+class LogStore(ABC):
+    """Storage primitives for session logs; ``SessionPersistence`` owns every policy.
+
+    Implement the six abstract methods (and ``release``, ``close``, ``locate`` where the
+    medium needs them). Calls for one session id never overlap: the policy serializes
+    them. A store shared between processes must still check, inside each write, that
+    the write applies to the state the caller expects (``write_batch``'s ``first_seq``,
+    ``commit_repair``'s ``revision``) and refuse it otherwise; the policy words the error.
+    """
+
+    #: The URL scheme this store serves (``"memory"``, ``"jsonl"``, ``"sqlite"``…).
+    scheme: str = ""
+    #: Whether a crash can leave a partial trailing record (a torn tail) in this medium.
+    can_tear: bool = False
+    #: Caps for packed chunk rows (SPEC §9); None means unbounded.
+    max_row_members: int | None = None
+    max_row_bytes: int | None = None
+
+    @abstractmethod
+    async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+        """Return the stored log of *session_id* as it is, or None when it has none.
+
+        A store that can seek may start at the record that holds *from_seq* (a packed row
+        can begin before it), but must then include the last record when the log ends
+        before *from_seq*; others return every record. Never repairs anything.
+        """
+
+    @abstractmethod
+    async def read_revision(self, session_id: str) -> str | None:
+        """Return the current revision of *session_id* without reading its records, or
+        None when nothing is stored. Equal to ``RawLog.revision`` of the same state."""
+
+    @abstractmethod
+    async def write_batch(self, batch: Batch) -> bool:
+        """Append *batch* durably and return True once it is durable.
+
+        Return False, writing nothing, when the stored log does not end at
+        ``batch.first_seq`` (another writer appended, or the log was cut or deleted) or,
+        for a batch that ``creates`` the log, when a log already exists under the id. A
+        write that fails with an exception leaves nothing a retry would duplicate.
+        """
+
+    @abstractmethod
+    async def commit_repair(self, repair: Repair) -> bool:
+        """Apply *repair* and return True once it is durable.
+
+        Return False, changing nothing, when the log's revision is no longer
+        ``repair.revision`` (another writer changed it since it was read). A crash in
+        the middle may leave the log as it was, cut, or cut with part of the closers
+        where the medium can tear: each of these is repaired again by the next load.
+        """
+
+    @abstractmethod
+    async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
+        """Return ``(header JSON, revision)`` of every stored log, reading no records.
+
+        An entry this store cannot read at all may be left out (log why); the policy
+        checks and skips headers it cannot accept."""
+
+    @abstractmethod
+    async def delete_log(self, session_id: str) -> bool:
+        """Remove everything stored for *session_id*; return whether anything was."""
+
+    async def release(self, session_id: str) -> None:
+        """Let go of what the store holds for one session (a writer's lock, caches)."""
+        return None
+
+    async def close(self) -> None:
+        """Release the store's resources (the policy's ``close``); a second call does
+        nothing."""
+        return None
+
+    def locate(self, header: SessionHeader) -> str | None:
+        """Return where this session's artifact lives (a path), if the medium has one."""
+        return None

@@ -1,0 +1,25 @@
+"""The persistence contract (SPEC §11, §14) as tests any backend runs unchanged.
+
+Use it from a test module::
+
+    import pytest
+    from sessionledger.testing.contract import PersistenceContract
+
+    class TestMyBackendContract(PersistenceContract):
+        @pytest.fixture
+        def ledger_backend_factory(self, tmp_path):
+            return lambda **options: MyPersistence(tmp_path / "store", **options)
+
+The factory returns a *new* backend object over the *same* storage on every call (that
+is how reopening is tested) and accepts ``event_types=`` (an ``EventTypeRegistry``).
+Optionally override ``ledger_backend_tamper`` to return a ``Tamper`` for your medium;
+the tests of torn tails, corruption and format versions are skipped without one.
+``PersistenceContract`` does not start with ``Test``, so pytest collects nothing until
+you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``
+and ``through_ledger``; ``packages/core/README.md`` ("Writing a backend") explains them.
+"""
+
+from sessionledger.testing.contract.base import BackendFactory, Tamper
+from sessionledger.testing.contract.kit import PersistenceContract
+
+__all__ = ["BackendFactory", "PersistenceContract", "Tamper"]

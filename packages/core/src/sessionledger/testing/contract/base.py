@@ -1,0 +1,119 @@
+"""What every clause of the persistence contract kit shares: fixtures, ``Tamper``, helpers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import pytest
+import pytest_asyncio
+
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.persistence import SessionPersistence
+from sessionledger.session import Session
+from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+
+__all__ = [
+    "BackendFactory",
+    "ContractBase",
+    "Tamper",
+    "counting_clock",
+    "first_turn_length",
+    "header_for",
+    "make_log",
+    "revision_of",
+    "same_events",
+    "store_log",
+]
+
+#: Returns a new backend over the same storage on every call; accepts ``event_types=``.
+BackendFactory = Callable[..., SessionPersistence]
+
+
+class Tamper(Protocol):
+    """Damage a stored session the way crashes and bad media do (backend-specific)."""
+
+    async def tear_tail(self, backend: SessionPersistence, session_id: str) -> None:
+        """Leave a partial final record, as a crash in the middle of a write would."""
+
+    async def break_record(self, backend: SessionPersistence, session_id: str, index: int) -> None:
+        """Make the *index*-th stored record (0-based, header excluded) unreadable."""
+
+    async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
+        """Rewrite the stored header's format version."""
+
+
+class ContractBase:
+    """The kit's fixtures: ``ledger_backend_factory`` (the subclass provides it) and
+    ``ledger_backend_tamper`` (optional), and ``backend_factory`` built on the first."""
+
+    @pytest.fixture
+    def ledger_backend_tamper(self) -> Tamper | None:
+        """Override to enable the torn-tail, corruption and version tests."""
+        return None
+
+    @pytest_asyncio.fixture
+    async def backend_factory(
+        self, ledger_backend_factory: BackendFactory
+    ) -> AsyncIterator[BackendFactory]:
+        """The subclass's factory, with every backend it opened closed after the test."""
+        opened: list[SessionPersistence] = []
+
+        def open_backend(**options: Any) -> SessionPersistence:
+            backend = ledger_backend_factory(**options)
+            opened.append(backend)
+            return backend
+
+        yield open_backend
+        for backend in opened:
+            await backend.close()
+
+
+def header_for(session_id: str, created_at: int = 1_000) -> SessionHeader:
+    """The header the kit stores its sessions under."""
+    return SessionHeader(id=session_id, created_at=created_at, cwd="/srv/project")
+
+
+def make_log(*, turns: int = 1, open_call: bool = False, seed: str = "s") -> list[SessionEvent]:
+    """A log of *turns* closed turns, then (with *open_call*) a turn cut off mid-tool."""
+    session = Session.create(seed, clock=counting_clock())
+    for turn in range(1, turns + 1):
+        closed_turn(session, turn)
+    if open_call:
+        open_turn_with_pending_call(session, turns + 1)
+    return list(session.events)
+
+
+def counting_clock(start: int = 1_700_000_000_000) -> Callable[[], int]:
+    """A clock that ticks 7 ms per reading."""
+    state = [start]
+
+    def clock() -> int:
+        state[0] += 7
+        return state[0]
+
+    return clock
+
+
+def first_turn_length(events: list[SessionEvent]) -> int:
+    """Return the length of the prefix that ends with the first closed turn."""
+    return next(index for index, event in enumerate(events) if event.type == "turn/end") + 1
+
+
+def same_events(left: list[SessionEvent] | tuple[SessionEvent, ...], right: Any) -> bool:
+    """Tell whether two logs hold the same events, compared as JSON envelopes."""
+    return [event.to_json() for event in left] == [event.to_json() for event in right]
+
+
+async def store_log(
+    backend: SessionPersistence, session_id: str, events: list[SessionEvent]
+) -> None:
+    """Create *session_id* and append *events* as one batch."""
+    await backend.create(header_for(session_id))
+    await backend.append(session_id, events)
+
+
+async def revision_of(backend: SessionPersistence, session_id: str) -> str | None:
+    """The revision ``list_snapshots`` reports for *session_id* (None when unlisted)."""
+    infos = await backend.list_snapshots()
+    return next((info.revision for info in infos if info.header.id == session_id), None)

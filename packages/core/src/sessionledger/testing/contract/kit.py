@@ -1,0 +1,14 @@
+"""``PersistenceContract``: every clause of the kit, in one class to subclass."""
+
+from __future__ import annotations
+
+from sessionledger.testing.contract.reading import ReadingClauses
+from sessionledger.testing.contract.repair import RepairClauses
+from sessionledger.testing.contract.through_ledger import LedgerClauses
+from sessionledger.testing.contract.writing import WritingClauses
+
+__all__ = ["PersistenceContract"]
+
+
+class PersistenceContract(WritingClauses, ReadingClauses, RepairClauses, LedgerClauses):
+    """SPEC §11 as tests; subclass it and provide ``ledger_backend_factory``."""
