@@ -1,0 +1,234 @@
+"""The shape of ``packages/*/src``: imports that run one way, no private reach, small
+modules and functions (docs: packages/core/README.md, "How the core is laid out").
+
+These read the sources with ``ast``; they fail with the offending module and line.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 600
+#: radon rates a function E from a cyclomatic complexity of 31 on.
+MAX_COMPLEXITY = 30
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+    is_package: bool
+    lines: int
+    imports: set[str] = field(default_factory=set)  # modules imported at run time
+
+
+def _modules() -> dict[str, Module]:
+    found: dict[str, Module] = {}
+    for src in sorted(ROOT.glob("packages/*/src")):
+        for path in sorted(src.rglob("*.py")):
+            parts = list(path.relative_to(src).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            text = path.read_text()
+            found[".".join(parts)] = Module(
+                ".".join(parts), path, ast.parse(text), is_package, text.count("\n")
+            )
+    for module in found.values():
+        module.imports = set(_runtime_imports(module, found))
+    return found
+
+
+def _resolve(module: Module, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.name.split(".")
+    if not module.is_package:
+        package.pop()
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _known(name: str, modules: dict[str, Module]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _runtime_imports(module: Module, modules: dict[str, Module]) -> Iterator[str]:
+    """Every project module *module* imports when it runs, lazily or not: imports under
+    ``if TYPE_CHECKING:`` are left out, function-level ones are kept."""
+
+    def visit(node: ast.AST) -> Iterator[str]:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield from visit(child)
+            return
+        targets: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node)
+            # ``from pkg import sub`` imports the submodule; ``from pkg import name``, pkg.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        for target in targets:
+            known = _known(target, modules)
+            # A package's __init__ runs before any of its submodules and only re-exports:
+            # reaching back to one's own package is no cycle of design.
+            if known is not None and not (
+                known == module.name or module.name.startswith(known + ".")
+            ):
+                yield known
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child)
+
+    yield from visit(module.tree)
+
+
+MODULES = _modules()
+
+
+def test_the_sources_are_found() -> None:
+    assert "sessionledger.persistence" in MODULES
+    assert "sessionledger_sqlite.store" in MODULES
+
+
+def _cycle_from(start: str) -> list[str] | None:
+    """Return an import cycle through *start*, if there is one (depth-first search)."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        name, path = stack.pop()
+        for target in sorted(MODULES[name].imports):
+            if target == start:
+                return [*path, start]
+            if target not in seen:
+                seen.add(target)
+                stack.append((target, [*path, target]))
+    return None
+
+
+def test_no_import_cycles_not_even_through_lazy_imports() -> None:
+    cycles = [cycle for name in sorted(MODULES) if (cycle := _cycle_from(name)) is not None]
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    found = []
+    for module in MODULES.values():
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve(module, node)
+            for alias in node.names:
+                if not _is_private(alias.name):
+                    continue
+                # A private submodule of one's own package is plumbing, not a secret.
+                own_package = (
+                    module.name.rpartition(".")[0] if not module.is_package else module.name
+                )
+                if f"{base}.{alias.name}" in MODULES and base == own_package:
+                    continue
+                found.append(f"{module.name}:{node.lineno} imports {base}.{alias.name}")
+    assert found == [], "\n".join(found)
+
+
+def _own_attributes(tree: ast.Module) -> set[str]:
+    """The private attribute names the classes of a module define: ``__slots__``
+    entries, ``self.x`` assignments and class-level names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in ast.walk(node):
+            if isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
+                if isinstance(item.value, ast.Name) and item.value.id in ("self", "cls"):
+                    names.add(item.attr)
+            elif isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item in node.body:
+                names.add(item.name)
+            elif isinstance(item, ast.Assign | ast.AnnAssign) and item in node.body:
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                if any(isinstance(t, ast.Name) and t.id == "__slots__" for t in targets):
+                    value = item.value
+                    if isinstance(value, ast.Tuple | ast.List):
+                        for element in value.elts:
+                            if isinstance(element, ast.Constant) and type(element.value) is str:
+                                names.add(element.value)
+    return names
+
+
+def test_no_module_touches_another_modules_private_attributes() -> None:
+    found = []
+    for module in MODULES.values():
+        own = _own_attributes(module.tree)
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
+                continue
+            receiver = node.value
+            if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+                continue
+            if node.attr in own:
+                continue  # a private name of this module's own classes
+            found.append(f"{module.name}:{node.lineno} reaches {ast.unparse(node)}")
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name: str) -> None:
+    lines = MODULES[name].lines
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines"
+
+
+def _complexity(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Cyclomatic complexity as radon counts it: 1, plus one per branch point."""
+    score = 1
+    for node in ast.walk(function):
+        if node is not function and isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        ):
+            continue  # nested functions are rated on their own (their nodes still count)
+        if isinstance(node, ast.If | ast.IfExp | ast.For | ast.AsyncFor | ast.While):
+            score += 1 + (
+                1
+                if getattr(node, "orelse", None) and not isinstance(node, ast.If | ast.IfExp)
+                else 0
+            )
+        elif isinstance(node, ast.ExceptHandler | ast.Assert):
+            score += 1
+        elif isinstance(node, ast.BoolOp):
+            score += len(node.values) - 1
+        elif isinstance(node, ast.comprehension):
+            score += 1 + len(node.ifs)
+        elif isinstance(node, ast.Try):
+            score += 1 if node.orelse else 0
+        elif isinstance(node, ast.match_case):
+            score += 1
+    return score
+
+
+def test_no_function_is_too_complex() -> None:
+    found = []
+    for module in MODULES.values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                score = _complexity(node)
+                if score > MAX_COMPLEXITY:
+                    found.append(f"{module.name}:{node.lineno} {node.name} rates {score}")
+    assert found == [], "\n".join(found)
