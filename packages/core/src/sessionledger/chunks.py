@@ -27,7 +27,7 @@ import orjson
 
 from sessionledger.errors import ConfigError, StorageRowError
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, mark_shallow
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, mark_all_shallow
 
 __all__ = ["MIN_RUN", "ROW_TYPES", "pack_chunk_runs", "unpack_events", "unpack_record"]
 
@@ -356,12 +356,12 @@ def _expand_row(
         ]
     # The read path's members, built frozen directly: the row was validated above, so
     # a second snapshot walk per member would only repeat it.
-    events: list[SessionEvent] = []
-    push = events.append
-    for seq, time, chunk in zip(seqs, times, chunks, strict=True):
-        member = mark_shallow(FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk)))
-        push(make_event(_CHUNK, seq, time, member, None, None, False))
-    return events
+    members = [FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk)) for chunk in chunks]
+    mark_all_shallow(members)
+    return [
+        make_event(_CHUNK, seq, time, member, None, None, False)
+        for seq, time, member in zip(seqs, times, members, strict=True)
+    ]
 
 
 def _check_row(record: Any, tag: str, payload_key: str) -> tuple[int, Any]:
