@@ -38,6 +38,19 @@ class MemoryTamper:
         header["version"] = version
         backend.replace_raw_header(session_id, orjson.dumps(header))
 
+    async def quarantined(self, backend: SessionPersistence, session_id: str) -> bytes:
+        assert isinstance(backend, MemoryPersistence)
+        return b"".join(backend.quarantined(session_id))
+
+
+def is_commit(line: bytes) -> bool:
+    """Whether a JSONL line is a batch's commit record."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and list(value) == ["commit"]
+
 
 def jsonl_file(backend: SessionPersistence, session_id: str) -> Path:
     """Return the one log file of *session_id* under the backend's root."""
@@ -56,8 +69,14 @@ class JsonlTamper:
     async def break_record(self, backend: SessionPersistence, session_id: str, index: int) -> None:
         path = jsonl_file(backend, session_id)
         lines = path.read_bytes().split(b"\n")
-        lines[index + 1] = lines[index + 1][:-3] + b"?!"  # line 1 is the header
+        # line 1 is the header; commit records frame the batches and are not records
+        records = [number for number, line in enumerate(lines) if number and not is_commit(line)]
+        lines[records[index]] = lines[records[index]][:-3] + b"?!"
         path.write_bytes(b"\n".join(lines))
+
+    async def quarantined(self, backend: SessionPersistence, session_id: str) -> bytes:
+        log = jsonl_file(backend, session_id)
+        return b"".join(p.read_bytes() for p in sorted(log.parent.glob(f"{log.name}.quarantine-*")))
 
     async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
         path = jsonl_file(backend, session_id)
@@ -112,6 +131,11 @@ class SqliteTamper:
             await db.execute_fetchall(
                 "UPDATE sessions SET version = ? WHERE id = ?", (version, session_id)
             )
+
+    async def quarantined(self, backend: SessionPersistence, session_id: str) -> bytes:
+        database = Path(sqlite_path(backend))
+        moved = sorted(database.parent.glob(f"{database.name}.quarantine-*.jsonl"))
+        return b"".join(path.read_bytes() for path in moved)
 
 
 def sqlite_factory(tmp_path: Path) -> Callable[..., SessionPersistence]:

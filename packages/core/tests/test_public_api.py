@@ -52,7 +52,10 @@ SPEC_CODES: dict[str, set[str]] = {
 }
 
 #: Error classes the project adds beyond the SPEC table (each documented where defined).
-EXTRA_CODES: dict[str, set[str]] = {"EventDataError": {"BAD_DATA"}}
+EXTRA_CODES: dict[str, set[str]] = {
+    "EventDataError": {"BAD_DATA"},
+    "ResourceLimitError": {"RESOURCE_LIMIT"},
+}
 
 #: Names SPEC says a user imports from ``sessionledger`` itself.
 SPEC_NAMES = [

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import sessionledger_sqlite
@@ -594,14 +595,26 @@ async def test_undecodable_committed_row_is_corruption_and_changes_nothing(tmp_p
     assert rows(path, "SELECT * FROM events ORDER BY seq") == before
 
 
-async def test_damaged_tail_is_truncated_and_appends_continue(tmp_path: Path) -> None:
+async def test_a_damaged_last_row_is_corruption_until_salvaged(tmp_path: Path) -> None:
+    # A transaction cannot tear: damage in the last row is damage, not a torn tail. Only an
+    # explicit salvage cuts it, and the rows it cuts go to a quarantine file first.
     path = tmp_path / "ledger.db"
     await stored(path, "s1", *turn(0, 1), *deltas(3, 1), *deltas(4, 1))
     execute(path, "UPDATE events SET data = '[' WHERE seq = 3")
+    before = rows(path, "SELECT * FROM events ORDER BY seq")
     store = store_at(path)
     try:
-        assert len((await store.inspect("s1")).events) == 3
-        assert rows(path, "SELECT count(*) FROM events") == [(5,)]  # inspect wrote nothing
+        for read in (store.inspect, store.load):
+            with pytest.raises(CorruptLogError):
+                await read("s1")
+        assert rows(path, "SELECT * FROM events ORDER BY seq") == before  # nothing written
+        report = await store.salvage("s1")
+        assert (report.kept_events, report.moved_records) == (3, 2)
+        assert report.moved_seqs == (4, 4)  # seq 3 does not decode
+        assert report.quarantine is not None
+        moved = Path(report.quarantine).read_bytes().splitlines()
+        assert [orjson.loads(line)["seq"] for line in moved] == [3, 4]
+        assert stat.S_IMODE(Path(report.quarantine).stat().st_mode) == 0o600
         assert as_json((await store.load("s1")).events) == as_json(turn(0, 1))
         assert rows(path, "SELECT seq FROM events ORDER BY seq") == [(0,), (1,), (2,)]
         await store.append("s1", turn(3, 2))
@@ -616,8 +629,10 @@ async def test_packed_row_with_surface_columns_is_malformed(tmp_path: Path) -> N
     execute(path, "UPDATE events SET surface_op = '\"append\"' WHERE ignorable = 0")
     store = store_at(path)
     try:
-        assert len((await store.inspect("s1")).events) == 3  # a torn tail: dropped from view
-        assert await store.read_from("s1", 3) == []
+        with pytest.raises(CorruptLogError, match="malformed text-chunks row"):
+            await store.inspect("s1")
+        with pytest.raises(CorruptLogError):
+            await store.read_from("s1", 3)
     finally:
         await store.close()
 
@@ -628,12 +643,12 @@ async def test_repair_computed_from_a_stale_read_deletes_nothing(tmp_path: Path)
     execute(path, "UPDATE events SET data = 'x' WHERE seq = 3")
     first, second = store_at(path), store_at(path)
     try:
-        raw = await first.log_store.read_log("s1")  # the step load takes before repairing
+        raw = await first.log_store.read_log("s1")  # the step a repair takes before cutting
         assert raw is not None
-        await second.load("s1")  # truncates seq 3 itself
+        await second.salvage("s1")  # cuts seq 3 itself
         await second.append("s1", turn(3, 2))
         stale = Repair(header(), raw.revision, cut_at=3)
-        assert not await first.log_store.commit_repair(stale)  # refused: the log moved on
+        assert await first.log_store.commit_repair(stale) is None  # refused: the log moved on
         assert rows(path, "SELECT seq FROM events ORDER BY seq") == [(i,) for i in range(6)]
     finally:
         await first.close()

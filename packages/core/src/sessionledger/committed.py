@@ -2,7 +2,8 @@
 
 A store hands over a ``RawLog`` as it read it; ``scan_log`` decides what it means: the
 header's format version and fields, the events of the committed region, and where a torn
-tail starts. The rule is the same for every medium, so it lives here once.
+tail starts; ``salvage_point`` finds the longest intact prefix of a damaged log. The
+rules are the same for every medium, so they live here once.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from sessionledger.errors import (
     LedgerError,
 )
 from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
-from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord
+from sessionledger.logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
 from sessionledger.registry import EventTypeRegistry
-from sessionledger.vocabulary import TURN_END
 
 __all__ = [
+    "Salvage",
     "ScannedLog",
     "check_event_types",
     "check_version",
+    "salvage_point",
     "scan_log",
     "stored_header",
 ]
@@ -43,6 +45,7 @@ class ScannedLog:
     torn_at: Any
     revision: str
     location: str | None
+    torn_batches: int = 0
 
     @property
     def end_seq(self) -> int:
@@ -100,11 +103,13 @@ def stored_header(
 def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> ScannedLog:
     """Apply the committed-region rule (SPEC §11.2) to a raw log.
 
-    Records are decoded in order while they are valid and their seqs continue (from
-    *contiguous_from*, or from the first record's when None: a read that started inside
-    the log). The first damaged record starts a torn tail, unless a complete turn
-    follows it: damage before a ``turn/end`` is inside the committed region
-    (``CorruptLogError``, nothing returned).
+    A batch is the unit of acknowledgement. On a medium that frames its batches, the
+    committed region is every batch up to the last intact one: damage in or before it
+    (a failed check, an undecodable record, a seq gap, a missing batch) is corruption
+    (``CorruptLogError``, naming the batch); only the batches after it are a torn tail.
+    On a medium that cannot tear every record is committed, and any damage is
+    corruption. Seqs must continue from *contiguous_from*, or from the first record's
+    when None (a read that started inside the log).
     """
     check_version(raw.header, raw.location)
     header = stored_header(raw.header, session_id, raw.location)
@@ -114,34 +119,142 @@ def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> Sc
             session_id=session_id,
             path=raw.location,
         )
-    events: list[SessionEvent] = []
-    expected = contiguous_from
-    issue: tuple[RawRecord, str] | None = None
-    for record in raw.records:
-        decoded = _decode(record)
-        if issue is not None:
-            # Damage followed by a complete turn is inside the committed region.
-            if not isinstance(decoded, str) and any(event.type == TURN_END for event in decoded):
-                bad, reason = issue
-                raise CorruptLogError(
-                    f"committed region is damaged at {bad.label}: {reason}",
-                    session_id=session_id,
-                    path=raw.location,
-                    line=bad.line,
+    if raw.batches is None:
+        events = _Decoder(session_id, raw, contiguous_from).records(raw.records, None)
+        return ScannedLog(header, events, raw.torn_at, raw.revision, raw.location)
+    intact = [index for index, batch in enumerate(raw.batches) if batch.problem is None]
+    committed = raw.batches[: intact[-1] + 1] if intact else ()
+    decoder = _Decoder(session_id, raw, contiguous_from)
+    for batch in committed:
+        decoder.batch(batch)
+    torn = raw.batches[len(committed) :]
+    torn_at = torn[0].position if torn else raw.torn_at
+    return ScannedLog(header, decoder.events, torn_at, raw.revision, raw.location, len(torn))
+
+
+@final
+@dataclasses.dataclass(slots=True)
+class Salvage:
+    """The longest intact prefix of a damaged log: where to cut it, what is kept, and
+    what the cut moves aside (counted in the medium's records and batches)."""
+
+    cut_at: Any
+    kept_events: int
+    moved_records: int
+    moved_batches: int
+    moved_seqs: tuple[int, int] | None  # first and last seq of what decodes among them
+
+
+def salvage_point(session_id: str, raw: RawLog) -> Salvage | None:
+    """Find where the longest intact prefix of *raw* ends (SPEC §11.2), or None when the
+    whole log reads as committed (a torn tail is a load's business, not a salvage's)."""
+    check_version(raw.header, raw.location)
+    stored_header(raw.header, session_id, raw.location)
+    decoder = _Decoder(session_id, raw, 0)
+    units: list[tuple[Any, Sequence[RawRecord], RawBatch | None]]
+    if raw.batches is None:
+        units = [(record.position, (record,), None) for record in raw.records]
+    else:
+        units = [
+            (batch.position, raw.records[batch.start : batch.end], batch) for batch in raw.batches
+        ]
+    for index, (position, records, batch) in enumerate(units):
+        try:
+            if batch is None:
+                decoder.records(records, None)
+            else:
+                decoder.batch(batch)
+        except CorruptLogError:
+            rest = units[index:]
+            moved = [record for _, chunk, _ in rest for record in chunk]
+            return Salvage(
+                cut_at=position,
+                kept_events=len(decoder.events),
+                moved_records=len(moved),
+                moved_batches=sum(1 for *_, unit in rest if unit is not None),
+                moved_seqs=_seq_span(moved),
+            )
+    return None
+
+
+class _Decoder:
+    """Decode records in order into events, checking that their seqs continue."""
+
+    __slots__ = ("events", "expected", "raw", "session_id")
+
+    def __init__(self, session_id: str, raw: RawLog, contiguous_from: int | None) -> None:
+        self.session_id = session_id
+        self.raw = raw
+        self.expected = contiguous_from
+        self.events: list[SessionEvent] = []
+
+    def damaged(self, where: str, reason: str, line: int | None) -> CorruptLogError:
+        return CorruptLogError(
+            f"committed region is damaged at {where}: {reason}",
+            session_id=self.session_id,
+            path=self.raw.location,
+            line=line,
+            seq=self.expected,
+        )
+
+    def batch(self, batch: RawBatch) -> None:
+        """Take an intact batch of a framed medium, or raise ``CorruptLogError``."""
+        if batch.problem is not None:
+            raise self.damaged(
+                batch.label, f"{batch.problem} (an intact batch follows it)", batch.line
+            )
+        if (
+            batch.first_seq is not None
+            and self.expected is not None
+            and batch.first_seq > self.expected
+        ):
+            raise self.damaged(
+                batch.label,
+                f"it starts at seq {batch.first_seq}, the batch before it ends at seq "
+                f"{self.expected}: a batch is missing",
+                batch.line,
+            )
+        added = len(self.events)
+        self.records(self.raw.records[batch.start : batch.end], batch)
+        count = len(self.events) - added
+        if batch.first_seq is not None and batch.end_seq is not None:
+            stated = batch.end_seq - batch.first_seq
+            if count != stated:
+                raise self.damaged(
+                    batch.label,
+                    f"its commit record states {stated} events, its records hold {count}",
+                    batch.line,
                 )
-            continue
-        if isinstance(decoded, str):
-            issue = (record, decoded)
-            continue
-        if expected is None:
-            expected = decoded[0].seq
-        if any(event.seq != expected + offset for offset, event in enumerate(decoded)):
-            issue = (record, f"seq gap (expected {expected}, got {decoded[0].seq})")
-            continue
-        events.extend(decoded)
-        expected += len(decoded)
-    torn_at = issue[0].position if issue is not None else raw.torn_at
-    return ScannedLog(header, events, torn_at, raw.revision, raw.location)
+
+    def records(self, records: Sequence[RawRecord], batch: RawBatch | None) -> list[SessionEvent]:
+        """Take *records*, or raise ``CorruptLogError`` at the first that is damaged."""
+        for record in records:
+            decoded = _decode(record)
+            where = record.label if batch is None else f"{record.label} ({batch.label})"
+            if isinstance(decoded, str):
+                raise self.damaged(where, decoded, record.line)
+            if not decoded:
+                continue
+            if self.expected is None:
+                self.expected = decoded[0].seq
+            if any(event.seq != self.expected + offset for offset, event in enumerate(decoded)):
+                raise self.damaged(
+                    where, f"seq gap (expected {self.expected}, got {decoded[0].seq})", record.line
+                )
+            self.events.extend(decoded)
+            self.expected += len(decoded)
+        return self.events
+
+
+def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
+    """The first and last seq among the records that still decode."""
+    seqs = [
+        event.seq
+        for record in records
+        if not isinstance(decoded := _decode(record), str)
+        for event in decoded
+    ]
+    return (min(seqs), max(seqs)) if seqs else None
 
 
 def check_event_types(

@@ -24,6 +24,7 @@ __all__ = [
     "MessageShapeError",
     "NotLiveError",
     "ReentrantAppendError",
+    "ResourceLimitError",
     "SeedError",
     "SeqMismatchError",
     "SessionExistsError",
@@ -209,6 +210,27 @@ class SessionLockedError(LedgerError):
     """Another writer holds this session."""
 
     code = "LOCKED"
+
+
+class ResourceLimitError(LedgerError, OSError):
+    """The process or the medium ran out of something a write needs: descriptors
+    (``EMFILE``), space (``ENOSPC``), quota, file size. Nothing acknowledged was lost and
+    the failed write left nothing behind: free the resource (or raise the limit) and
+    retry. It is an ``OSError`` too, with ``errno`` set.
+
+    Not in the SPEC §16 table: §11.4 asks for running out of descriptors to be a typed
+    error, and a full disk is the same kind of failure.
+    """
+
+    code = "RESOURCE_LIMIT"
+    _context = ("session_id", "path")
+    path: str | None
+
+    def __init__(
+        self, message: str = "", *, errno: int | None = None, path: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(message, path=path, **kwargs)
+        self.errno = errno
 
 
 class ConfigError(LedgerError):

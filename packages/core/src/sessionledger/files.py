@@ -29,11 +29,11 @@ def fsync_dir(path: str) -> None:
 
 
 def make_private_dirs(directory: str, *, fsync: bool = False) -> None:
-    """Create *directory* and every missing parent with mode ``0700`` (``os.makedirs``
-    gives only the last one its mode; the parents would get the umask's, ``0777`` under
-    umask 0). With *fsync*, each new entry is made durable (fsync of its parent) before
-    anything is created inside it. A directory created meanwhile by another writer is
-    fine; a file in the way raises ``NotADirectoryError``."""
+    """Create *directory* and every missing parent with mode ``0700`` exactly, whatever
+    the umask (``os.makedirs`` gives only the last one its mode; the parents would get
+    the umask's, ``0777`` under umask 0). With *fsync*, each new entry is made durable
+    (fsync of its parent) before anything is created inside it. A directory created
+    meanwhile by another writer is fine; a file in the way raises ``NotADirectoryError``."""
     missing: list[str] = []
     current = directory
     while not os.path.isdir(current):
@@ -49,5 +49,6 @@ def make_private_dirs(directory: str, *, fsync: bool = False) -> None:
             if not os.path.isdir(path):
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from None
             continue
+        os.chmod(path, DIR_MODE)  # the umask may have taken bits away from it
         if fsync:
             fsync_dir(os.path.dirname(path))

@@ -357,23 +357,27 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
-        failures: list[BaseException] = []
+        failures: list[tuple[Session, int, Exception]] = []
         for session in list(self._live.values()):
             try:
                 await self._flush(session)
             except Exception as error:
                 pending = 0 if self._durability is None else self._durability.pending(session)
-                error.add_note(
-                    f"session {session.id!r}: {pending} committed "
-                    "events could not be written before the ledger closed"
-                )
-                failures.append(error)
+                failures.append((session, pending, error))
         for session in list(self._live.values()):
             self._retire(session)
         if self._persistence is not None:
             await self._persistence.close()
         if failures:
-            raise failures[0]
+            # One error, naming every session whose events are lost (SPEC §11.4).
+            first = failures[0][2]
+            for session, pending, failure in failures:
+                cause = "" if failure is first else f" ({type(failure).__name__}: {failure})"
+                first.add_note(
+                    f"session {session.id!r}: {pending} committed events could not be "
+                    f"written before the ledger closed{cause}"
+                )
+            raise first
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -20,7 +20,16 @@ from typing import Any, Final, NamedTuple, final
 
 from sessionledger.events import SessionHeader
 
-__all__ = ["UNPARSABLE", "Batch", "LogStore", "RawLog", "RawRecord", "Repair"]
+__all__ = [
+    "UNPARSABLE",
+    "Batch",
+    "LogStore",
+    "RawBatch",
+    "RawLog",
+    "RawRecord",
+    "Repair",
+    "RepairReceipt",
+]
 
 #: Stands in for a record a store could not parse (``RawRecord.value``).
 UNPARSABLE: Final = object()
@@ -42,15 +51,38 @@ class RawRecord(NamedTuple):
     line: int | None = None
 
 
+class RawBatch(NamedTuple):
+    """One batch of a medium that frames its batches (a store that can tear must).
+
+    It holds ``RawLog.records[start:end]``. ``problem`` says why the batch is not intact
+    (its check failed, or it has no commit record: it is incomplete), None when it is.
+    ``position`` is where the batch begins in the medium (``Repair.cut_at`` to cut it and
+    everything after it); ``first_seq`` and ``end_seq`` are what its commit record
+    states (None when it has none); ``label`` and ``line`` name it in errors.
+    """
+
+    start: int
+    end: int
+    position: Any
+    label: str
+    problem: str | None = None
+    first_seq: int | None = None
+    end_seq: int | None = None
+    line: int | None = None
+
+
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class RawLog:
     """A stored log as a store read it, before any validation.
 
     ``header`` is the stored header JSON object (the core checks its version and fields);
-    ``revision`` describes exactly the state these records were read from; ``torn_at``
-    is the position of a trailing partial record the medium can have (a JSONL line
-    without its newline), or None; ``location`` names the artifact in errors.
+    ``revision`` describes exactly the state these records were read from; ``location``
+    names the artifact in errors. A medium that can tear frames its batches and lists
+    them in ``batches`` (every record belongs to one; a trailing partial record is part of
+    the last, incomplete one); a medium that cannot leaves it None. ``torn_at`` is a cut
+    point the store itself found (SQLite: a stored next seq that disagrees with the rows),
+    or None.
     """
 
     header: Mapping[str, Any]
@@ -58,6 +90,7 @@ class RawLog:
     revision: str
     location: str | None = None
     torn_at: Any = None
+    batches: Sequence[RawBatch] | None = None
 
 
 @final
@@ -90,6 +123,17 @@ class Repair:
     closers: Batch | None = None
 
 
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class RepairReceipt:
+    """What a committed repair moved aside: the records it cut (``moved_bytes`` of the
+    medium's bytes) went to ``quarantine`` (a path, or another name the store gives),
+    or nowhere when it cut nothing."""
+
+    quarantine: str | None = None
+    moved_bytes: int = 0
+
+
 class LogStore(ABC):
     """Storage primitives for session logs; ``SessionPersistence`` owns every policy.
 
@@ -104,6 +148,9 @@ class LogStore(ABC):
     scheme: str = ""
     #: Whether a crash can leave a partial trailing record (a torn tail) in this medium.
     can_tear: bool = False
+    #: Whether a cut can move the records it removes aside (into a quarantine); a store
+    #: that cannot refuses every cut that would remove a record.
+    quarantines: bool = True
     #: Caps for packed chunk rows (SPEC §9); None means unbounded.
     max_row_members: int | None = None
     max_row_bytes: int | None = None
@@ -133,13 +180,15 @@ class LogStore(ABC):
         """
 
     @abstractmethod
-    async def commit_repair(self, repair: Repair) -> bool:
-        """Apply *repair* and return True once it is durable.
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
+        """Apply *repair* and return what it moved aside, once it is durable.
 
-        Return False, changing nothing, when the log's revision is no longer
-        ``repair.revision`` (another writer changed it since it was read). A crash in
-        the middle may leave the log as it was, cut, or cut with part of the closers
-        where the medium can tear: each of these is repaired again by the next load.
+        Records a cut removes are never destroyed: they are first copied, durably, to a
+        quarantine beside the log, which the receipt names. Return None, changing
+        nothing, when the log's revision is no longer ``repair.revision`` (another
+        writer changed it since it was read). A crash in the middle may leave the log as
+        it was, quarantined but not cut, cut, or cut with part of the closers where the
+        medium can tear: each of these is repaired again by the next load.
         """
 
     @abstractmethod

@@ -18,7 +18,15 @@ from typing import Any, final
 from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError
 from sessionledger.hookspecs import BackendFactory, hookimpl
-from sessionledger.logstore import UNPARSABLE, Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.logstore import (
+    UNPARSABLE,
+    Batch,
+    LogStore,
+    RawLog,
+    RawRecord,
+    Repair,
+    RepairReceipt,
+)
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.rows import member_count
@@ -43,6 +51,7 @@ class _Stored:
     ends: list[int]  # the seq after each record's last event
     incarnation: int
     changes: int = 0
+    quarantined: list[bytes] = dataclasses.field(default_factory=list)  # records cut away
 
     @property
     def next_seq(self) -> int:
@@ -58,7 +67,7 @@ class MemoryLogStore(LogStore):
     """The storage primitives of the ``memory:`` backend, over a ``MemoryStore`` dict."""
 
     scheme = "memory"
-    can_tear = True
+    can_tear = False  # a batch is added to the list at once
 
     def __init__(self, storage: MemoryStore | None = None) -> None:
         self.storage: MemoryStore = storage if storage is not None else {}
@@ -103,22 +112,29 @@ class MemoryLogStore(LogStore):
         stored.changes += 1
         return True
 
-    async def commit_repair(self, repair: Repair) -> bool:
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         stored = self.storage.get(repair.header.id)
         if stored is None or _revision(stored) != repair.revision:
-            return False
+            return None
+        closers = repair.closers
+        ends = stored.ends if repair.cut_at is None else stored.ends[: repair.cut_at]
+        if closers is not None and (ends[-1] if ends else 0) != closers.first_seq:
+            return None
+        receipt = RepairReceipt()
         if repair.cut_at is not None:
+            cut = stored.records[repair.cut_at :]
+            stored.quarantined.extend(cut)
+            receipt = RepairReceipt(
+                f"memory:{repair.header.id}#quarantine", sum(len(line) for line in cut)
+            )
             del stored.records[repair.cut_at :]
             del stored.ends[repair.cut_at :]
             stored.changes += 1
-        closers = repair.closers
         if closers is not None:
-            if stored.next_seq != closers.first_seq:
-                return False
             stored.records.extend(jsoncodec.dumps(record) for record in closers.records)
             stored.ends.extend(_ends(closers))
             stored.changes += 1
-        return True
+        return receipt
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         found = []
@@ -157,6 +173,10 @@ class MemoryLogStore(LogStore):
         stored = self.storage[session_id]
         stored.header = header
         stored.changes += 1
+
+    def quarantined(self, session_id: str) -> list[bytes]:
+        """Return the records repairs of *session_id* moved aside (a copy)."""
+        return list(self.storage[session_id].quarantined)
 
 
 def _revision(stored: _Stored) -> str:
@@ -213,6 +233,10 @@ class MemoryPersistence(SessionPersistence):
     def replace_raw_header(self, session_id: str, header: bytes) -> None:
         """Overwrite the stored header bytes of *session_id*."""
         self._memory.replace_raw_header(session_id, header)
+
+    def quarantined(self, session_id: str) -> list[bytes]:
+        """Return the records repairs of *session_id* moved aside (a copy)."""
+        return self._memory.quarantined(session_id)
 
 
 #: Named stores of this process: ``memory:NAME`` URLs share one (like SQLite's shared

@@ -27,6 +27,7 @@ from sessionledger.committed import (
     ScannedLog,
     check_event_types,
     check_version,
+    salvage_point,
     scan_log,
     stored_header,
 )
@@ -42,12 +43,12 @@ from sessionledger.errors import (
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair
+from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.session import Clock, Session, SessionHooks
 
-__all__ = ["SessionInfo", "SessionPersistence", "StoredSession"]
+__all__ = ["SalvageReport", "SessionInfo", "SessionPersistence", "StoredSession"]
 
 logger = logging.getLogger("sessionledger")
 
@@ -55,11 +56,16 @@ logger = logging.getLogger("sessionledger")
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredSession:
-    """A stored session as read: header, events and the storage revision they came from."""
+    """A stored session as read: header, events and the storage revision they came from.
+
+    ``torn_batches`` counts the trailing batches of a torn tail the read left out (an
+    ``inspect`` drops them from its view; a ``load`` moved them into quarantine).
+    """
 
     header: SessionHeader
     events: tuple[SessionEvent, ...]
     revision: str
+    torn_batches: int = 0
 
 
 @final
@@ -69,6 +75,28 @@ class SessionInfo:
 
     header: SessionHeader
     revision: str
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class SalvageReport:
+    """What ``salvage`` did: the intact prefix it kept, exactly what it moved aside (the
+    medium's batches and records, the seqs among them that still decode, their bytes and
+    where they went), and how many crash-repair closers it appended after the cut."""
+
+    session_id: str
+    kept_events: int
+    moved_batches: int
+    moved_records: int
+    moved_seqs: tuple[int, int] | None
+    moved_bytes: int
+    quarantine: str | None
+    closers: int
+
+    @property
+    def moved(self) -> bool:
+        """Whether anything was moved aside (False: the log had no damage to cut)."""
+        return self.moved_records > 0
 
 
 class SessionPersistence:
@@ -269,6 +297,54 @@ class SessionPersistence:
         infos.sort(key=lambda info: (info.header.created_at, info.header.id))
         return infos
 
+    async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
+        """Keep the longest intact prefix of a damaged log, move everything after it into
+        quarantine, and close an interrupted turn (SPEC §11.2). The only way past
+        corruption, and never automatic: ``load`` refuses a damaged log instead. With
+        *dry_run* nothing is written: the report says what would be moved (no quarantine,
+        no closers counted)."""
+        async with self._lock(session_id):
+            raw = await self._store.read_log(session_id)
+            if raw is None:
+                raise SessionNotFoundError("session not found", session_id=session_id)
+            point = salvage_point(session_id, raw)
+            receipt = RepairReceipt()
+            if point is None:
+                kept = len(scan_log(session_id, raw, contiguous_from=0).events)
+            else:
+                kept = point.kept_events
+            if point is not None and not dry_run:
+                header = stored_header(raw.header, session_id, raw.location)
+                moved = await self._store.commit_repair(
+                    Repair(header, raw.revision, cut_at=point.cut_at)
+                )
+                if moved is None:
+                    raise _changed_meanwhile(session_id, point.kept_events)
+                receipt = moved
+                logger.warning(
+                    "session %r: salvage moved %d records (%d bytes) after seq %d to %s",
+                    session_id,
+                    point.moved_records,
+                    receipt.moved_bytes,
+                    point.kept_events - 1,
+                    receipt.quarantine,
+                )
+            closers = 0
+            if not dry_run:
+                self._cursors.pop(session_id, None)
+                stored, _ = await self._load_locked(session_id, commit=True)
+                closers = len(stored.events) - kept
+            return SalvageReport(
+                session_id=session_id,
+                kept_events=kept,
+                moved_batches=0 if point is None else point.moved_batches,
+                moved_records=0 if point is None else point.moved_records,
+                moved_seqs=None if point is None else point.moved_seqs,
+                moved_bytes=receipt.moved_bytes,
+                quarantine=receipt.quarantine,
+                closers=closers,
+            )
+
     async def revision(self, session_id: str) -> str | None:
         """Return the current revision of *session_id*, or None when nothing is stored."""
         async with self._lock(session_id):
@@ -346,7 +422,8 @@ class SessionPersistence:
         if commit:
             self._headers[session_id] = scan.header
             self._cursors[session_id] = len(events) + len(closers)
-        return StoredSession(scan.header, (*events, *closers), revision), session
+        stored = StoredSession(scan.header, (*events, *closers), revision, scan.torn_batches)
+        return stored, session
 
     async def _repair(self, scan: ScannedLog, closers: builtins.list[SessionEvent]) -> None:
         """Commit a cold load's repair: cut the torn tail, append the closers (SPEC §8)."""
@@ -358,14 +435,28 @@ class SessionPersistence:
             cut_at=scan.torn_at,
             closers=self._batch(scan.header, closers, end, False) if closers else None,
         )
-        if not await self._store.commit_repair(repair):
-            raise SeqMismatchError(
-                "the stored log changed since it was read; not repairing it (load the "
-                "session again)",
-                session_id=scan.header.id,
-                seq=end,
+        receipt = await self._store.commit_repair(repair)
+        if receipt is None:
+            raise _changed_meanwhile(scan.header.id, end)
+        if receipt.moved_bytes:
+            logger.warning(
+                "session %r: a torn tail (%d bytes, %d incomplete batches) after seq %d was "
+                "moved to %s",
+                scan.header.id,
+                receipt.moved_bytes,
+                scan.torn_batches,
+                end - 1,
+                receipt.quarantine,
             )
         failpoint("core.repair.after-closers")
+
+
+def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:
+    return SeqMismatchError(
+        "the stored log changed since it was read; not repairing it (load the session again)",
+        session_id=session_id,
+        seq=seq,
+    )
 
 
 def _readable(session_id: str, raw: RawLog | None, first: int) -> ScannedLog | None:

@@ -40,7 +40,7 @@ from sessionledger.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_postgres import rows
@@ -105,6 +105,7 @@ class _Statements:
         self.revision = f"SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"
         self.lock_session = f"{self.revision} FOR UPDATE"
         self.delete_tail = f"DELETE FROM {s}.events WHERE session_id = $1 AND seq >= $2"
+        self.count_tail = f"SELECT count(*) FROM {s}.events WHERE session_id = $1 AND seq >= $2"
         self.select_tail = (
             f"SELECT seq, ignorable, data FROM {s}.events WHERE session_id = $1 "
             "ORDER BY seq DESC LIMIT 1"
@@ -163,6 +164,7 @@ class PostgresLogStore(LogStore):
 
     scheme = "postgresql"
     can_tear = False  # a transaction is all or nothing
+    quarantines = False  # a repair that would delete rows is refused
     max_row_members = 1024
     max_row_bytes = 1 << 20
 
@@ -418,7 +420,7 @@ class PostgresLogStore(LogStore):
                 )
         return _count(status) > 0
 
-    async def commit_repair(self, repair: Repair) -> bool:
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         session_id = repair.header.id
         closers = repair.closers
         columns = None if closers is None else rows.batch_columns(session_id, closers.records)
@@ -428,8 +430,15 @@ class PostgresLogStore(LogStore):
             async with self.connection(session_id) as conn, conn.transaction():
                 current = await conn.fetchrow(self._sql.lock_session, session_id)
                 if current is None or rows.revision_string(*current) != repair.revision:
-                    return False
+                    return None
                 if repair.cut_at is not None:
+                    if await conn.fetchval(self._sql.count_tail, session_id, repair.cut_at):
+                        raise ConfigError(
+                            "this PostgreSQL store keeps no quarantine, and a repair never "
+                            "deletes rows it cannot move aside: copy the session out "
+                            "(sessionledger copy) before cutting it",
+                            session_id=session_id,
+                        )
                     await conn.execute(self._sql.delete_tail, session_id, repair.cut_at)
                     end = rows.row_end(await conn.fetchrow(self._sql.select_tail, session_id))
                     await conn.execute(self._sql.set_end, session_id, end)
@@ -440,8 +449,8 @@ class PostgresLogStore(LogStore):
                     if _count(status) == 0:
                         raise _Refused  # rolls the cut back too
         except _Refused:
-            return False
-        return True
+            return None
+        return RepairReceipt()
 
     async def delete_log(self, session_id: str) -> bool:
         if rows.text_flaw(session_id) is not None:

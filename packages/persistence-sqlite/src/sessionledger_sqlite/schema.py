@@ -274,7 +274,10 @@ def create_file(path: str) -> None:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         return
-    os.close(descriptor)
+    try:
+        os.fchmod(descriptor, 0o600)  # exactly, whatever the umask took away
+    finally:
+        os.close(descriptor)
     failpoint("sqlite.schema.after-create-file")
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import errno
 import functools
+import hashlib
 import math
 import os
 import sqlite3
@@ -32,10 +35,12 @@ from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
     LedgerError,
+    ResourceLimitError,
     SessionLockedError,
 )
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair
+from sessionledger.files import FILE_MODE, fsync_dir
+from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_sqlite import schema
@@ -87,9 +92,15 @@ _SQLITE_READONLY: Final = 8
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_CANTOPEN: Final = 14
 _SQLITE_NOTADB: Final = 26
+_SQLITE_FULL: Final = 13
+_EXHAUSTED: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
 
 
 _SELECT_REVISION: Final = "SELECT incarnation, revision FROM sessions WHERE id = ?"
+_EVENT_COLUMN_NAMES: Final = tuple(_EVENT_COLUMNS.split(", "))
+_SELECT_EVENTS_AFTER: Final = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq"
+)
 
 
 def _flat(event_rows: list[tuple[Any, ...]]) -> list[Any]:
@@ -173,6 +184,8 @@ class SqliteLogStore(LogStore):
         self._finalizer: weakref.finalize[[aiosqlite.Connection, str], SqliteLogStore] | None = None
         self._gate = asyncio.Lock()
         self._shut = False
+        #: Rows repairs of an in-memory database moved aside (its quarantine).
+        self.quarantined: list[bytes] = []
 
     @property
     def connection(self) -> aiosqlite.Connection | None:
@@ -241,7 +254,14 @@ class SqliteLogStore(LogStore):
         """Map a driver or OS error to the library's errors (the only place that does)."""
         where = self.path
         if isinstance(error, OSError):
-            return ConfigError(f"cannot create the database file {where!r}: {error}")
+            if error.errno in _EXHAUSTED:
+                return ResourceLimitError(
+                    f"{error.filename or where}: {error.strerror or error}",
+                    errno=error.errno,
+                    session_id=session_id,
+                    path=where,
+                )
+            return ConfigError(f"cannot write beside the database {where!r}: {error}")
         code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
         if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
             return SessionLockedError(
@@ -257,6 +277,13 @@ class SqliteLogStore(LogStore):
             # A constraint failure means the stored rows disagree with the sessions table.
             return CorruptLogError(
                 f"the database is damaged: {error}", session_id=session_id, path=where
+            )
+        if code == _SQLITE_FULL:
+            return ResourceLimitError(
+                f"the disk holding {where!r} is full: {error}",
+                errno=errno.ENOSPC,
+                session_id=session_id,
+                path=where,
             )
         if code == _SQLITE_CANTOPEN:
             return ConfigError(f"cannot open the database {where!r}: {error}")
@@ -346,15 +373,25 @@ class SqliteLogStore(LogStore):
             failpoint("sqlite.write.before-commit")
         return True
 
-    async def commit_repair(self, repair: Repair) -> bool:
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         session_id = repair.header.id
         closers = [] if repair.closers is None else _event_rows(session_id, repair.closers)
+        receipt = RepairReceipt()
         try:
             async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
                 current = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
                 if not current or rows.revision_string(*current[0]) != repair.revision:
-                    return False
+                    return None
                 if repair.cut_at is not None:
+                    cut = [
+                        tuple(row)
+                        for row in await db.execute_fetchall(
+                            _SELECT_EVENTS_AFTER, (session_id, repair.cut_at)
+                        )
+                    ]
+                    if cut:
+                        # Moved aside, durably, before the delete can commit.
+                        receipt = await asyncio.to_thread(self._quarantine, session_id, cut)
                     await db.execute_fetchall(
                         "DELETE FROM events WHERE session_id = ? AND seq >= ?",
                         (session_id, repair.cut_at),
@@ -367,9 +404,32 @@ class SqliteLogStore(LogStore):
                 await _insert_all(db, closers)
                 failpoint("sqlite.repair.before-commit")
         except _Refused:
-            return False
+            return None
         failpoint("sqlite.repair.after-commit")
-        return True
+        return receipt
+
+    def _quarantine(self, session_id: str, cut: list[tuple[Any, ...]]) -> RepairReceipt:
+        """Write rows a repair cuts to a new file beside the database (one JSON object of
+        columns per line, ``0600``), fsynced with its directory; in memory, keep them."""
+        lines = b"".join(
+            rows.json_text(dict(zip(_EVENT_COLUMN_NAMES, row, strict=True))).encode() + b"\n"
+            for row in cut
+        )
+        if self.path == MEMORY:
+            self.quarantined.append(lines)
+            return RepairReceipt(f"{MEMORY} quarantine #{len(self.quarantined)}", len(lines))
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=6)
+        target = f"{self.path}.quarantine-{digest.hexdigest()}-{stamp}.jsonl"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            os.write(fd, lines)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(os.path.dirname(target))
+        return RepairReceipt(target, len(lines))
 
     async def delete_log(self, session_id: str) -> bool:
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:

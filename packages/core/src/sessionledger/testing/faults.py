@@ -10,13 +10,15 @@ to a cancelled caller). Wrap a backend's store in a fresh policy to use it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, final
 
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair
+from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 
 __all__ = ["FaultyStore", "Write"]
+
+_T = TypeVar("_T")
 
 #: What a write hook receives: the batch, or the repair, about to be (or just) written.
 Write = Batch | Repair
@@ -33,6 +35,7 @@ class FaultyStore(LogStore):
         self.inner = inner
         self.scheme = inner.scheme
         self.can_tear = inner.can_tear
+        self.quarantines = inner.quarantines
         self.max_row_members = inner.max_row_members
         self.max_row_bytes = inner.max_row_bytes
         #: Called before a write reaches *inner*; raising fails it with nothing written.
@@ -52,11 +55,11 @@ class FaultyStore(LogStore):
 
         self.before_write = fail
 
-    async def _written(self, write: Write, attempt: Callable[[], Any]) -> bool:
+    async def _written(self, write: Write, attempt: Callable[[], Awaitable[_T]]) -> _T:
         self.writes += 1
         if self.before_write is not None:
             self.before_write(write)
-        done = bool(await attempt())
+        done = await attempt()
         if self.after_write is not None:
             self.after_write(write)
         return done
@@ -70,7 +73,7 @@ class FaultyStore(LogStore):
     async def write_batch(self, batch: Batch) -> bool:
         return await self._written(batch, lambda: self.inner.write_batch(batch))
 
-    async def commit_repair(self, repair: Repair) -> bool:
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         return await self._written(repair, lambda: self.inner.commit_repair(repair))
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:

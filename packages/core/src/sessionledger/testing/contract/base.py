@@ -42,6 +42,9 @@ class Tamper(Protocol):
     async def set_version(self, backend: SessionPersistence, session_id: str, version: int) -> None:
         """Rewrite the stored header's format version."""
 
+    # Optional: ``async def quarantined(backend, session_id) -> bytes`` returns what
+    # repairs of the session moved aside, so the kit can check nothing was destroyed.
+
 
 class ContractBase:
     """The kit's fixtures: ``ledger_backend_factory`` (the subclass provides it) and

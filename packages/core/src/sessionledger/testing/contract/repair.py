@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from sessionledger.errors import CorruptLogError, FormatUnsupportedError, SeqMismatchError
+from sessionledger.chunks import pack_chunk_runs
+from sessionledger.errors import (
+    ConfigError,
+    CorruptLogError,
+    FormatUnsupportedError,
+    SeqMismatchError,
+)
 from sessionledger.events import SessionEvent
+from sessionledger.persistence import SessionPersistence
 from sessionledger.session import Session
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger.testing.contract.base import (
@@ -13,6 +22,7 @@ from sessionledger.testing.contract.base import (
     ContractBase,
     Tamper,
     counting_clock,
+    first_turn_length,
     make_log,
     revision_of,
     same_events,
@@ -117,7 +127,7 @@ class RepairClauses(ContractBase):
     # -- damage (needs a Tamper) ----------------------------------------------------------
 
     @pytest.mark.asyncio
-    async def test_torn_tail_is_dropped_by_inspect_and_truncated_by_load(
+    async def test_a_torn_tail_is_dropped_by_inspect_and_moved_aside_by_load(
         self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
     ) -> None:
         if ledger_backend_tamper is None:
@@ -127,16 +137,22 @@ class RepairClauses(ContractBase):
         await store_log(backend, "torn", events)
         await ledger_backend_tamper.tear_tail(backend, "torn")
         before = await revision_of(backend, "torn")
+        if not backend.log_store.can_tear:
+            # A medium that cannot tear has no torn tail: whatever does not read is damage.
+            await _refused_untouched(backend, "torn", before)
+            await backend.close()
+            return
         view = await backend.inspect("torn")
         assert same_events(events, view.events[: len(events)])
         assert await revision_of(backend, "torn") == before
         loaded = await backend.load("torn")
         assert same_events(view.events, loaded.events)
         assert same_events(loaded.events, (await backend_factory().load("torn")).events)
+        await _check_moved_aside(ledger_backend_tamper, backend, "torn")
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_damage_after_the_last_turn_end_is_a_torn_tail(
+    async def test_damage_in_the_last_batch_is_a_torn_tail_where_the_medium_can_tear(
         self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
     ) -> None:
         if ledger_backend_tamper is None:
@@ -147,9 +163,14 @@ class RepairClauses(ContractBase):
         for event in events[1:]:
             await backend.append("tail", [event])
         await ledger_backend_tamper.break_record(backend, "tail", len(events) - 1)
+        if not backend.log_store.can_tear:
+            await _refused_untouched(backend, "tail", await revision_of(backend, "tail"))
+            await backend.close()
+            return
         loaded = await backend.load("tail")
         assert same_events(events[:-1], loaded.events[: len(events) - 1])
         assert loaded.events[-1].data["reason"] == {"kind": "interrupted"}
+        await _check_moved_aside(ledger_backend_tamper, backend, "tail")
         await backend.close()
 
     @pytest.mark.asyncio
@@ -164,12 +185,69 @@ class RepairClauses(ContractBase):
         for event in events[1:]:
             await backend.append("bad", [event])
         await ledger_backend_tamper.break_record(backend, "bad", 3)
-        before = await revision_of(backend, "bad")
-        with pytest.raises(CorruptLogError):
-            await backend.inspect("bad")
-        with pytest.raises(CorruptLogError):
-            await backend.load("bad")
-        assert await revision_of(backend, "bad") == before
+        await _refused_untouched(backend, "bad", await revision_of(backend, "bad"))
+        await backend.close()
+
+    @pytest.mark.asyncio
+    async def test_damage_to_an_acknowledged_batch_of_an_open_turn_is_corruption(
+        self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
+    ) -> None:
+        # Write-behind acknowledges batches inside a turn: twenty flushes of one event
+        # each, then one early batch damaged. Cutting there would silently drop nineteen
+        # acknowledged batches; the read must fail instead, and change nothing.
+        if ledger_backend_tamper is None:
+            pytest.skip("backend offers no Tamper")
+        events = make_log(turns=1, open_call=True)
+        backend = backend_factory()
+        await store_log(backend, "open", events)
+        notes = [
+            SessionEvent("x/note", len(events) + index, 1, {"n": index}, ignorable=True)
+            for index in range(20)
+        ]
+        for note in notes:
+            await backend.append("open", [note])
+        await ledger_backend_tamper.break_record(backend, "open", _record_count(events) + 2)
+        await _refused_untouched(backend, "open", await revision_of(backend, "open"))
+        await backend.close()
+
+    @pytest.mark.asyncio
+    async def test_salvage_keeps_the_intact_prefix_and_moves_the_rest_aside(
+        self, backend_factory: BackendFactory, ledger_backend_tamper: Tamper | None
+    ) -> None:
+        if ledger_backend_tamper is None:
+            pytest.skip("backend offers no Tamper")
+        events = make_log(turns=2)
+        split = first_turn_length(events)
+        backend = backend_factory()
+        await store_log(backend, "salvage", events[:split])
+        for event in events[split:]:
+            await backend.append("salvage", [event])
+        broken = _record_count(events[:split]) + 2  # the 3rd batch of one event after turn 1
+        await ledger_backend_tamper.break_record(backend, "salvage", broken)
+        before = await revision_of(backend, "salvage")
+        if not backend.log_store.quarantines:
+            with pytest.raises(ConfigError):
+                await backend.salvage("salvage")
+            assert await revision_of(backend, "salvage") == before
+            await backend.close()
+            return
+        report = await backend.salvage("salvage")
+        kept = split + 2
+        assert report.kept_events == kept
+        assert report.moved
+        assert report.moved_records == len(events) - kept
+        assert report.moved_bytes > 0
+        assert report.quarantine
+        assert report.moved_seqs == (kept + 1, len(events) - 1)  # the broken one reads no seq
+        loaded = await backend.load("salvage")
+        assert same_events(events[:kept], loaded.events[:kept])
+        assert len(loaded.events) == kept + report.closers
+        assert loaded.events[-1].data["reason"] == {"kind": "interrupted"}
+        again = await backend.salvage("salvage")
+        assert not again.moved
+        assert again.closers == 0
+        moved = await _moved_aside(ledger_backend_tamper, backend, "salvage")
+        assert moved is None or len(moved) >= report.moved_bytes
         await backend.close()
 
     @pytest.mark.asyncio
@@ -193,3 +271,28 @@ class RepairClauses(ContractBase):
             assert refused.value.code == code
         assert await revision_of(backend, "future") == before
         await backend.close()
+
+
+def _record_count(events: list[SessionEvent]) -> int:
+    """How many stored records a batch of *events* takes (chunk runs pack into rows)."""
+    return len(pack_chunk_runs(events))
+
+
+async def _refused_untouched(backend: SessionPersistence, session_id: str, before: Any) -> None:
+    """A damaged log is refused by every read that interprets it, and nothing changes."""
+    with pytest.raises(CorruptLogError):
+        await backend.inspect(session_id)
+    with pytest.raises(CorruptLogError):
+        await backend.load(session_id)
+    assert await revision_of(backend, session_id) == before
+
+
+async def _moved_aside(tamper: Tamper, backend: SessionPersistence, session_id: str) -> Any:
+    quarantined = getattr(tamper, "quarantined", None)
+    return None if quarantined is None else await quarantined(backend, session_id)
+
+
+async def _check_moved_aside(tamper: Tamper, backend: SessionPersistence, session_id: str) -> None:
+    """What a repair cut is in the store's quarantine (when the Tamper can look there)."""
+    moved = await _moved_aside(tamper, backend, session_id)
+    assert moved is None or len(moved) > 0
