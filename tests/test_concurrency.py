@@ -153,7 +153,8 @@ def stored_marks(kind: str, tmp_path: Path, url: str) -> list[str]:
         (path,) = (tmp_path / "jsonl").glob("*/*/session.jsonl")
         data = path.read_bytes()
         assert data.endswith(b"\n")
-        return [orjson.loads(line)["data"]["writer"] for line in data.split(b"\n")[1:-1]]
+        records = [orjson.loads(line) for line in data.split(b"\n")[1:-1]]
+        return [record["data"]["writer"] for record in records if "commit" not in record]
     import sqlite3
 
     db = sqlite3.connect(f"file:{url.partition(':')[2]}?mode=ro", uri=True)

@@ -367,6 +367,7 @@ async def recreate(store: Store) -> None:
 #: "deleted" (a delete in flight: the session is entirely gone) or "kept" (a delete in
 #: flight: the session is entirely there).
 JSONL_WRITE = [
+    ("jsonl.mkdir.before-fsync", "absent"),
     ("jsonl.materialize.after-mkdir", "absent"),
     ("jsonl.lock.after-acquire", "absent"),
     ("jsonl.publish.after-temp-create", "absent"),
@@ -374,6 +375,7 @@ JSONL_WRITE = [
     ("jsonl.publish.after-temp-write", "absent"),
     ("jsonl.publish.after-temp-fsync", "absent"),
     ("jsonl.publish.after-link", "present"),
+    ("jsonl.publish.after-temp-unlink", "present"),
     ("jsonl.publish.after-dir-fsync", "present"),
     ("jsonl.append.before-write:1", "absent"),
     ("jsonl.append.before-write:4", "absent"),
@@ -390,6 +392,7 @@ JSONL_WRITE = [
     ("core.writebehind.before-write:3", "absent"),
     ("core.writebehind.after-write:4", "present"),
     ("jsonl.delete.after-unlink", "deleted"),
+    ("jsonl.delete.after-remove", "deleted"),
 ]
 SQLITE_WRITE = [
     ("sqlite.schema.after-create-file", "absent"),
@@ -417,6 +420,7 @@ SQLITE_WRITE = [
 JSONL_REPAIR = [
     ("core.repair.begin", "absent"),
     ("jsonl.lock.after-acquire", "absent"),
+    ("jsonl.quarantine.after-write", "absent"),
     ("jsonl.truncate.before", "absent"),
     ("jsonl.truncate.after-truncate", "absent"),
     ("jsonl.truncate.after-fsync", "absent"),
@@ -514,13 +518,12 @@ BASE_CRASH = {"jsonl": "jsonl.append.mid-write:5", "sqlite": "sqlite.write.befor
 
 @pytest.fixture(scope="module")
 def crashed_bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Store, int]]:
-    """One crashed store per backend (built once), with a torn tail to cut."""
+    """One crashed store per backend (built once): JSONL with a torn tail to cut, SQLite
+    (whose transactions cannot tear) with a turn left open."""
     bases: dict[str, tuple[Store, int]] = {}
     for kind, point in BASE_CRASH.items():
         store = new_store(kind, tmp_path_factory.mktemp(f"base-{kind}"))
         killed = kill_at(point, "write", store.url)
-        if kind == "sqlite":
-            tear_sqlite_tail(store.location)
         import asyncio
 
         view, _ = asyncio.run(read_only_view(store))
@@ -528,22 +531,6 @@ def crashed_bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[S
         assert killed.durable <= length <= killed.flushing
         bases[kind] = (store, length)
     return bases
-
-
-def tear_sqlite_tail(path: Path) -> None:
-    """Add a trailing row that does not parse: SQLite's torn tail (see test_contract)."""
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        ((next_seq,),) = db.execute("SELECT next_seq FROM sessions WHERE id = ?", (SESSION,))
-        # (the schema's trigger moves next_seq and the revision on)
-        db.execute(
-            "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, ?, ?, ?)",
-            (SESSION, next_seq, "assistant/chunk", 0, '{"turn":2,"step":'),
-        )
-        db.execute("COMMIT")
-    finally:
-        db.close()
 
 
 @pytest.mark.parametrize(
@@ -596,6 +583,25 @@ def test_every_documented_failpoint_is_in_the_matrix() -> None:
             while (start := text.find(prefix, start)) >= 0:
                 start += len(prefix)
                 placed.add(text[start : text.index('"', start)])
-    assert placed - used <= {"jsonl.append.before-rollback"}  # reached by fault injection
+    # Reached by fault injection instead: they need a failing write first.
+    assert placed - used <= {"jsonl.append.before-rollback", "jsonl.append.after-rollback-truncate"}
     for name in placed:
         assert f"`{name}`" in documented, name
+
+
+def test_reliability_counts_are_the_matrix_s() -> None:
+    """RELIABILITY.md states the matrix as the code has it (rows, kills)."""
+    documented = (HERE / "RELIABILITY.md").read_text()
+
+    def kills(table: list[tuple[str, str]]) -> int:
+        return len({point for point, _ in table})
+
+    jsonl = (len(JSONL_WRITE), len(JSONL_REPAIR), kills(JSONL_WRITE) + kills(JSONL_REPAIR))
+    sqlite = (len(SQLITE_WRITE), len(SQLITE_REPAIR), kills(SQLITE_WRITE) + kills(SQLITE_REPAIR))
+    assert f"| JSONL | {jsonl[0]} | {jsonl[1]} | {jsonl[2]} |" in documented
+    assert f"| SQLite | {sqlite[0]} | {sqlite[1]} | {sqlite[2]} |" in documented
+    rows = jsonl[0] + jsonl[1] + sqlite[0] + sqlite[1]
+    bases = len(BASE_CRASH)
+    assert f"{rows} rows, plus the {bases} base crashes: {rows + bases} SIGKILLs" in documented
+    quick = sum(1 for kind, _ in QUICK)
+    assert f"| {quick} rows | {rows} rows, {rows + bases} kills |" in documented

@@ -292,10 +292,10 @@ async def test_a_short_write_at_the_size_limit_is_undone_and_retried_once(
     assert len(durable) == 2, lines
     assert len(failed) == 2, lines
     for _, _, name, code_text, _ in failed:
-        if kind == "jsonl":
-            assert (name, code_text) == ("OSError", str(errno.EFBIG))
+        if kind == "jsonl":  # typed, and an OSError still: ResourceLimitError
+            assert (name, code_text) == ("ResourceLimitError", str(errno.EFBIG))
         else:
-            assert name == "LedgerError"
+            assert name in ("LedgerError", "ResourceLimitError")
     if kind == "jsonl":
         sizes_before = durable[0].split()[2]
         assert [fields[4] for fields in failed] == [sizes_before, sizes_before]  # cut back
@@ -312,6 +312,27 @@ async def test_a_short_write_at_the_size_limit_is_undone_and_retried_once(
     finally:
         await backend.close()
     assert [wire(e) for e in stored] == [wire(e) for e in expected]
+
+
+async def test_a_writer_killed_between_its_rollback_and_the_rollback_fsync_keeps_its_prefix(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "jsonl"
+    lines, code = run_fault_child(f"jsonl:{root}", "jsonl.append.after-rollback-truncate")
+    assert code == -signal.SIGKILL, lines
+    (path,) = root.glob("*/*/session.jsonl")
+    assert path.read_bytes().endswith(b"\n")  # cut back to the last acknowledged batch
+    expected = fault_script()
+    backend = JsonlPersistence(root)
+    try:
+        stored = await backend.read_from("limited", 0)
+    finally:
+        await backend.close()
+    assert 2 <= len(stored) < len(expected)
+    assert [wire(e) for e in stored] == [wire(e) for e in expected[: len(stored)]]
+    async with Ledger(persistence=JsonlPersistence(root)) as ledger:
+        resumed = (await ledger.resume("limited")).events
+    assert [wire(e) for e in resumed[: len(stored)]] == [wire(e) for e in stored]
 
 
 async def test_a_writer_killed_between_a_short_write_and_its_rollback_keeps_a_prefix(

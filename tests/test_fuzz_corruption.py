@@ -1,4 +1,4 @@
-"""Fuzzed corruption: damaged stored logs read as a valid view or a typed error, nothing else.
+"""Fuzzed corruption: what survives damage is read back exactly, or the read fails typed.
 
 Each case damages a real stored log (bit flips, truncation, garbage/empty/NUL lines,
 duplicated, dropped or reordered lines, malformed packed rows, bad header lines; for
@@ -9,12 +9,17 @@ operation and ``load`` on it. The rules:
   turn closed, the surface rules hold) or one of ``CorruptLogError``,
   ``FormatUnsupportedError``, ``StorageRowError``, ``HeaderError``; never another
   exception, never a hang (a watchdog kills a case that takes longer than a minute);
+- a view holds, exactly and at its seq, every event whose stored unit the damage left
+  intact: for JSONL the batches before the first damaged byte and after the last one, for
+  memory the records, for SQLite the rows the case did not change (SPEC §11.2: an intact
+  acknowledged batch is never dropped); and a JSONL view never holds an event its log did
+  not (checksummed batches: the stored part of a view is a prefix of the original log);
 - ``inspect``, ``read_from`` and ``list_snapshots`` never modify storage (JSONL: the whole
   tree hashed before and after; SQLite and memory: the stored rows/records);
 - ``load`` returns exactly what ``inspect`` showed (or the same error, writing nothing),
   and a second ``load`` changes nothing;
-- truncating a log anywhere in its last records is never corruption: the view is exactly
-  the complete records plus their crash-repair closers (checked at every byte).
+- truncating a JSONL log anywhere in its last records is never corruption: the view is
+  exactly the complete batches plus their crash-repair closers (checked at every byte).
 
 The large case counts run under ``slow``; ``CASES`` counts what actually ran.
 """
@@ -30,7 +35,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +106,16 @@ class JsonlBase:
     events: list[SessionEvent]
     relative: str  # the log's path inside the root
     content: bytes
-    line_events: list[int]  # events stored by each record line, in order
+    batches: list[tuple[int, int, int]]  # (first byte, end byte, events before it) each
+    records: list[bytes]  # the record lines, commit records left out (what memory holds)
+    record_ends: list[int]  # the seq after each record
+
+
+def _is_commit(line: bytes) -> bool:
+    with contextlib.suppress(orjson.JSONDecodeError):
+        value = orjson.loads(line)
+        return isinstance(value, dict) and list(value) == ["commit"]
+    return False
 
 
 def _jsonl_bases() -> list[JsonlBase]:
@@ -116,16 +130,24 @@ def _jsonl_bases() -> list[JsonlBase]:
                     await store.append(header.id, batch)
                 path = Path(store.locate(header))
                 content = path.read_bytes()
-                lines = content.split(b"\n")[1:-1]
-                counts = [
-                    len(jsoncodec.loads(line).get("data", {}).get("dt", [])) + 1
-                    if b'"seq0"' in line[:40]
-                    else 1
-                    for line in lines
-                ]
                 events = [event for batch in batches for event in batch]
-                assert sum(counts) == len(events)
-                out.append(JsonlBase(header, events, str(path.relative_to(root)), content, counts))
+                spans, records, ends = [], [], []
+                start = position = content.index(b"\n") + 1
+                seq = 0
+                before = 0
+                for line in content.split(b"\n")[1:-1]:
+                    position += len(line) + 1
+                    if _is_commit(line):
+                        spans.append((start, position, before))
+                        start, before = position, seq
+                        continue
+                    records.append(line)
+                    value = jsoncodec.loads(line)
+                    seq += len(value["data"]["dt"]) + 1 if "seq0" in value else 1
+                    ends.append(seq)
+                assert seq == len(events)
+                relative = str(path.relative_to(root))
+                out.append(JsonlBase(header, events, relative, content, spans, records, ends))
             await store.close()
         return out
 
@@ -165,11 +187,56 @@ def same_outcome(left: Any, right: Any) -> bool:
 
 @dataclass
 class Probe:
-    """How one backend's stored state is read back and fingerprinted for a case."""
+    """How one backend's stored state is read back and fingerprinted for a case.
+
+    ``survivors`` maps seq -> stored bytes of each event the damage left intact: a view
+    must hold every one of them exactly. ``original`` (JSONL) is the whole undamaged log:
+    the stored part of a view must be a prefix of it.
+    """
 
     make: Callable[[], SessionPersistence]
     fingerprint: Callable[[], Any]
     session_id: str
+    survivors: dict[int, bytes] = field(default_factory=dict)
+    original: list[bytes] | None = None
+
+
+def check_survivors(probe: Probe, events: Any, *, stored: bool = False) -> None:
+    """The view holds every intact event exactly; and (JSONL) the *stored* part of a log
+    (``read_from``'s, without closers) holds nothing the log did not."""
+    view = [wire(event) for event in events]
+    for seq, kept in probe.survivors.items():
+        assert seq < len(view), f"an intact event (seq {seq}) is missing from the view"
+        assert view[seq] == kept, f"an intact event (seq {seq}) reads back changed"
+    if stored and probe.original is not None:
+        assert view == probe.original[: len(view)], "the view holds an event never written"
+
+
+def common_ends(left: bytes, right: bytes) -> tuple[int, int]:
+    """The lengths of the longest common prefix and (not overlapping it) suffix."""
+    limit = min(len(left), len(right))
+    prefix = 0
+    while prefix < limit and left[prefix] == right[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and left[-1 - suffix] == right[-1 - suffix]:
+        suffix += 1
+    return prefix, suffix
+
+
+def intact_units(
+    base: bytes, damaged: bytes, units: list[tuple[int, int, list[SessionEvent]]]
+) -> dict[int, bytes]:
+    """seq -> bytes of the events of every unit (a byte span of *base*) the damage left
+    wholly alone: before its first changed byte or after its last."""
+    prefix, suffix = common_ends(base, damaged)
+    tail = len(base) - suffix
+    return {
+        event.seq: wire(event)
+        for start, end, events in units
+        if end <= prefix or start >= tail
+        for event in events
+    }
 
 
 async def run_reads(probe: Probe) -> None:
@@ -186,8 +253,10 @@ async def run_reads(probe: Probe) -> None:
     assert probe.fingerprint() == before, "a read modified storage"
     if not isinstance(inspected, BaseException):
         check_view(inspected, probe.session_id)
+        check_survivors(probe, inspected.events)
     if not isinstance(suffix, BaseException):
         assert [event.seq for event in suffix] == list(range(len(suffix)))
+        check_survivors(probe, suffix, stored=True)
         if not isinstance(inspected, BaseException):
             # The view is the stored log plus, in memory, the closers of its open turn.
             stored = [wire(e) for e in suffix]
@@ -208,6 +277,7 @@ async def run_reads(probe: Probe) -> None:
     if isinstance(loaded, BaseException):
         assert probe.fingerprint() == before, "a failed load modified storage"
         return
+    check_survivors(probe, loaded.events)
     settled = probe.fingerprint()
     store = probe.make()
     try:
@@ -431,7 +501,30 @@ MUTATIONS = [
 
 def memory_content(base: JsonlBase) -> bytes:
     """The base log as the memory backend holds it: its header JSON, then the records."""
-    return jsoncodec.dumps(base.header.to_json()) + b"\n" + base.content.partition(b"\n")[2]
+    lines = [jsoncodec.dumps(base.header.to_json()), *base.records]
+    return b"\n".join(lines) + b"\n"
+
+
+def jsonl_units(base: JsonlBase) -> list[tuple[int, int, list[SessionEvent]]]:
+    """Each batch of a base log as (first byte, end byte, its events); the first batch
+    starts at byte 0, as its checksum covers the header line."""
+    ends = [before for _, _, before in base.batches[1:]] + [len(base.events)]
+    return [
+        (0 if index == 0 else start, end, base.events[before:after])
+        for index, ((start, end, before), after) in enumerate(zip(base.batches, ends, strict=True))
+    ]
+
+
+def memory_units(base: JsonlBase) -> list[tuple[int, int, list[SessionEvent]]]:
+    """Each record of a base log as memory holds it: (first byte, end byte, its events)."""
+    units = []
+    position = len(jsoncodec.dumps(base.header.to_json())) + 1
+    first = 0
+    for line, end in zip(base.records, base.record_ends, strict=True):
+        units.append((position, position + len(line) + 1, base.events[first:end]))
+        position += len(line) + 1
+        first = end
+    return units
 
 
 @st.composite
@@ -465,7 +558,11 @@ def run_jsonl_case(
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
     probe = Probe(
-        lambda: JsonlPersistence(root, fsync=False), lambda: tree_fingerprint(root), base.header.id
+        lambda: JsonlPersistence(root, fsync=False),
+        lambda: tree_fingerprint(root),
+        base.header.id,
+        intact_units(base.content, data, jsonl_units(base)),
+        [wire(event) for event in base.events],
     )
     watched(loop, run_reads(probe))
     CASES["jsonl"] += 1
@@ -490,7 +587,10 @@ def run_memory_case(loop: asyncio.AbstractEventLoop, index: int, data: bytes) ->
             stored = store.get(base.header.id)
             return None if stored is None else (stored.header, list(stored.records))
 
-        await run_reads(Probe(lambda: MemoryPersistence(store=store), fingerprint, base.header.id))
+        survivors = intact_units(memory_content(base), data, memory_units(base))
+        await run_reads(
+            Probe(lambda: MemoryPersistence(store=store), fingerprint, base.header.id, survivors)
+        )
 
     watched(loop, case())
     CASES["memory"] += 1
@@ -545,8 +645,9 @@ def truncation_offsets(base: JsonlBase, records: int) -> range:
 
 
 def expected_after_cut(base: JsonlBase, cut: int) -> list[SessionEvent]:
-    complete = base.content[:cut].count(b"\n") - 1  # record lines wholly kept
-    return base.events[: sum(base.line_events[:complete])]
+    """The events of the batches a cut at *cut* leaves whole (commit record included)."""
+    kept = [unit for unit in jsonl_units(base) if unit[1] <= cut]
+    return base.events[: sum(len(events) for *_, events in kept)]
 
 
 async def check_cut(root: Path, base: JsonlBase, cut: int) -> None:
@@ -568,7 +669,8 @@ async def check_cut(root: Path, base: JsonlBase, cut: int) -> None:
     finally:
         await store.close()
     repaired = path.read_bytes()
-    assert repaired.startswith(base.content[: base.content.rfind(b"\n", 0, cut) + 1])
+    whole = max((end for _, end, _ in jsonl_units(base) if end <= cut), default=0)
+    assert repaired.startswith(base.content[:whole])
     store = JsonlPersistence(root, fsync=False)
     try:
         again = await store.load(base.header.id)
@@ -909,7 +1011,10 @@ async def test_read_from_refuses_a_log_that_lost_its_first_record(
         store = SqlitePersistence(tmp_path / "l.db")
     try:
         await store.create(header)
-        await store.append(header.id, events)
+        # Two batches: the damaged first one is followed by an intact one (JSONL would
+        # read damage in its last batch as a torn tail).
+        await store.append(header.id, events[:-1])
+        await store.append(header.id, events[-1:])
         if isinstance(store, JsonlPersistence):
             path = Path(store.locate(header))
             lines = path.read_bytes().split(b"\n")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import contextlib
 import hashlib
 import marshal
 import os
@@ -26,6 +27,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -384,6 +386,7 @@ HOSTILE_HEADER_FIELDS = [
     "delegationDepth",
     "meta",
     "incarnation",
+    "storageFormat",
 ]
 TYPED = (CorruptLogError, FormatUnsupportedError, StorageRowError, HeaderError)
 
@@ -407,7 +410,13 @@ async def test_records_too_deep_for_repr_are_damage_not_a_crash(
 ) -> None:
     bad = (HOSTILE_RECORDS[name] % DEEP_TEXT).encode()
     end = b'{"type":"turn/end","seq":1,"time":1,"data":{"turn":1,"reason":{"kind":"completed"}}}'
-    root = await jsonl_with(tmp_path, [bad, end] if closed else [bad])
+    if closed:
+        # A whole batch, checksum and all: the record was written that way, not torn.
+        body = bad + b"\n" + end + b"\n"
+        commit = {"commit": {"first": 1, "next": 3, "records": 2, "crc32": zlib.crc32(body)}}
+        root = await jsonl_with(tmp_path, [bad, end, orjson.dumps(commit)])
+    else:  # a last batch without its commit record: a torn tail
+        root = await jsonl_with(tmp_path, [bad])
     store = JsonlPersistence(root, fsync=False)
     try:
         if closed:
@@ -415,6 +424,22 @@ async def test_records_too_deep_for_repr_are_damage_not_a_crash(
                 await store.inspect("h")
         else:
             assert [e.type for e in (await store.inspect("h")).events] == ["turn/start", "turn/end"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("field", ["first", "next", "records", "crc32"])
+async def test_a_commit_record_field_too_deep_for_repr_is_damage_not_a_crash(
+    field: str, tmp_path: Path
+) -> None:
+    fields = {"first": 1, "next": 2, "records": 1, "crc32": 0, field: "@@"}
+    commit = orjson.dumps({"commit": fields}).replace(b'"@@"', DEEP_TEXT.encode())
+    end = b'{"type":"turn/end","seq":1,"time":1,"data":{"turn":1,"reason":{"kind":"completed"}}}'
+    root = await jsonl_with(tmp_path, [end, commit])
+    store = JsonlPersistence(root, fsync=False)
+    try:
+        view = await store.inspect("h")  # the damaged last batch is a torn tail
+        assert [event.type for event in view.events] == ["turn/start", "turn/end"]
     finally:
         await store.close()
 
@@ -489,6 +514,85 @@ def _same_durable(store: SessionPersistence) -> dict[str, Any]:
         return {"root": store.root}
     assert isinstance(store, SqlitePersistence)
     return {"path": store.path}
+
+
+# -- symbolic links inside a JSONL store ----------------------------------------------------
+
+
+def tree_state(top: Path) -> dict[str, bytes | None]:
+    """Every path under *top* (links not followed) with its bytes (None: a directory)."""
+    found: dict[str, bytes | None] = {}
+    for path in sorted(top.rglob("*")):
+        if path.is_symlink():
+            found[str(path.relative_to(top))] = b"-> " + os.readlink(path).encode()
+        elif path.is_dir():
+            found[str(path.relative_to(top))] = None
+        else:
+            found[str(path.relative_to(top))] = path.read_bytes()
+    return found
+
+
+async def _stored_victim(root: Path) -> None:
+    async with Ledger(persistence=JsonlPersistence(root), load_entrypoints=False) as ledger:
+        session = ledger.create("victim", cwd="/srv/app")
+        session.append("turn/start", {"turn": 1})
+
+
+@pytest.mark.parametrize("where", ["project", "session", "log", "lock file"])
+async def test_a_symlink_inside_a_jsonl_store_is_never_followed(tmp_path: Path, where: str) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    await _stored_victim(root)
+    project = root / "--srv-app--"
+    planted = {
+        "project": project,
+        "session": project / "victim",
+        "log": project / "victim" / "session.jsonl",
+        "lock file": root / ".locks",
+    }[where]
+    planted.rename(outside / planted.name)  # what it held now lives outside the root
+    planted.symlink_to(outside / planted.name)
+    before = tree_state(outside)
+    store = JsonlPersistence(root)
+    attempts: list[Any] = [
+        store.load("victim"),
+        store.inspect("victim"),
+        store.read_from("victim", 0),
+        store.delete("victim"),
+        store.salvage("victim"),
+    ]
+    outcomes = []
+    refusals: list[str] = []
+    for attempt in attempts:
+        try:
+            await attempt
+            outcomes.append("ok")
+        except ConfigError as error:
+            refusals.append(str(error))
+            outcomes.append("refused")
+        except LookupError:  # SessionNotFoundError: the link hid the session's directory
+            outcomes.append("not found")
+    for refusal in refusals:  # each names the link
+        assert str(planted) in refusal
+        assert "symbolic link" in refusal
+    writer = Ledger(persistence=JsonlPersistence(root), load_entrypoints=False)
+    session = writer.create("newcomer", cwd="/srv/app")
+    session.append("turn/start", {"turn": 1})
+    if where in ("project", "lock file"):  # the newcomer's own path goes through the link
+        with pytest.raises(ConfigError, match="symbolic link"):
+            await writer.flush(session)
+    else:  # another session of the store is not hurt by the link
+        await writer.flush(session)
+    with contextlib.suppress(ConfigError):  # refused too where the link stands in its way
+        await writer.delete("newcomer")
+    await writer.close()
+    listed = [info.header.id for info in await store.list_snapshots()]
+    await store.close()
+    assert "victim" not in listed or where == "lock file"
+    assert tree_state(outside) == before  # nothing outside the root read-written or removed
+    if where != "lock file":
+        assert "ok" not in outcomes[:4], outcomes  # every operation refused the link
+    assert [p for p in tmp_path.iterdir() if p.name not in ("root", "outside")] == []
 
 
 # -- SQLite runs nothing from the database --------------------------------------------------

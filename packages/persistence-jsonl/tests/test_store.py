@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -126,13 +127,19 @@ async def test_a_small_session_has_these_exact_bytes_on_disk(tmp_path: Path) -> 
     events = small_session()
     path = await store_log(store, "small", events)
     assert path == tmp_path / "--srv-app--" / "small" / "session.jsonl"
-    first, records = path.read_bytes().split(b"\n", 1)
+    data = path.read_bytes()
+    first, records = data.split(b"\n", 1)
     assert re.fullmatch(
         rb'\{"type":"session","version":1,"id":"small","createdAt":1000,"cwd":"/srv/app",'
-        rb'"delegationDepth":0,"incarnation":"[0-9a-f]{16}"\}',
+        rb'"delegationDepth":0,"incarnation":"[0-9a-f]{16}","storageFormat":2\}',
         first,
     )
-    assert records == EXPECTED_RECORDS
+    assert records.startswith(EXPECTED_RECORDS)
+    # The batch ends with its commit record: the seqs it spans, its record count and the
+    # CRC-32 of its bytes, the header line's included (the first batch carries it).
+    commit = records[len(EXPECTED_RECORDS) :]
+    crc = zlib.crc32(data[: len(data) - len(commit)])
+    assert commit == b'{"commit":{"first":0,"next":10,"records":8,"crc32":%d}}\n' % crc
     assert same(events, (await make_store(tmp_path).load("small")).events)
     await store.close()
 
@@ -144,9 +151,11 @@ async def test_each_batch_is_packed_on_its_own(tmp_path: Path) -> None:
     await store.append("split", events[:3])  # the three-delta run is cut after its first
     await store.append("split", events[3:])
     lines = store.locate(header("split"))
-    types = [orjson.loads(line)["type"] for line in Path(lines).read_bytes().splitlines()[1:]]
+    values = [orjson.loads(line) for line in Path(lines).read_bytes().splitlines()[1:]]
+    types = [value.get("type", "(commit)") for value in values]
     assert "text-chunks" not in types
     assert types.count("assistant/chunk") == 6
+    assert types.count("(commit)") == 2  # one commit record per batch
     assert same(events, (await store.load("split")).events)
     await store.close()
 
@@ -162,8 +171,8 @@ async def test_files_and_directories_are_private_whatever_the_umask(tmp_path: Pa
     for directory in (tmp_path / "deep", root, path.parent.parent, path.parent):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE((path.parent / "lock").stat().st_mode) == 0o600
-    assert sorted(entry.name for entry in path.parent.iterdir()) == ["lock", "session.jsonl"]
+    assert stat.S_IMODE((root / ".locks").stat().st_mode) == 0o600  # the store's writer locks
+    assert sorted(entry.name for entry in path.parent.iterdir()) == ["session.jsonl"]
     await store.close()
 
 
@@ -177,7 +186,7 @@ async def test_a_publication_cut_short_by_a_crash_leaves_nothing_behind(tmp_path
     assert await store.list() == []
     events = turns("orphan")
     path = await store_log(store, "orphan", events)
-    assert sorted(entry.name for entry in path.parent.iterdir()) == ["lock", "session.jsonl"]
+    assert sorted(entry.name for entry in path.parent.iterdir()) == ["session.jsonl"]
     assert same(events, (await store.load("orphan")).events)
     await store.close()
 
@@ -229,13 +238,22 @@ async def test_a_torn_open_turn_keeps_its_prefix_and_gets_closers(tmp_path: Path
     assert closers == ["tool/result", "step/end", "turn/end"]
     repaired = path.read_bytes()
     assert repaired.startswith(committed)
-    assert repaired.count(b"\n") == committed.count(b"\n") + 3
+    assert repaired.count(b"\n") == committed.count(b"\n") + 4  # 3 closers, 1 commit record
     assert repaired.endswith(b"\n")
+    # The torn bytes were moved aside, not destroyed.
+    (moved,) = path.parent.glob("session.jsonl.quarantine-*")
+    assert moved.read_bytes() == b'{"type":"tool/result","seq":99,"da'
+    assert stat.S_IMODE(moved.stat().st_mode) == 0o600
 
 
-async def test_damage_before_the_last_turn_end_raises_and_changes_nothing(tmp_path: Path) -> None:
+async def test_damage_before_the_last_intact_batch_raises_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
     store = make_store(tmp_path)
-    path = await store_log(store, "bad", turns("bad", 2))
+    events = turns("bad", 2)
+    split = next(e.seq for e in events if e.type == "turn/end") + 1
+    path = await store_log(store, "bad", events[:split])
+    await store.append("bad", events[split:])  # a second batch, intact
     lines = path.read_bytes().split(b"\n")
     lines[4] = b'{"type": broken'
     path.write_bytes(b"\n".join(lines))
@@ -245,7 +263,8 @@ async def test_damage_before_the_last_turn_end_raises_and_changes_nothing(tmp_pa
         with pytest.raises(CorruptLogError) as raised:
             await read("bad")
         assert raised.value.path == str(path)
-        assert "line 5" in str(raised.value)
+        assert "batch 1" in str(raised.value)
+        assert raised.value.line == 2  # where the damaged batch starts
     assert path.read_bytes() == damaged
     await store.close()
     await fresh.close()
@@ -651,3 +670,77 @@ async def test_release_frees_the_writer_lock_for_another_store(tmp_path: Path) -
     assert same(events, (await second.load("handover")).events)
     await first.close()
     await second.close()
+
+
+# -- descriptors ----------------------------------------------------------------------------
+
+MANY_SESSIONS_CHILD = """
+import asyncio, json, os, resource, sys
+from sessionledger import Ledger
+from sessionledger.testing.builders import closed_turn
+from sessionledger_jsonl import JsonlPersistence
+
+def limit(count: int) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
+
+async def main() -> None:
+    wanted = int(sys.argv[2])
+    # 0 means: one descriptor more than the process holds now, too few for any write
+    limit(wanted or len(os.listdir("/proc/self/fd")))
+    ledger = Ledger(persistence=JsonlPersistence(sys.argv[1]), load_entrypoints=False)
+    sessions = [ledger.create(f"s{index}", cwd="/srv/app") for index in range(int(sys.argv[3]))]
+    failures = []
+    for session in sessions:
+        closed_turn(session, 1)
+        try:
+            await ledger.flush(session)
+        except Exception as error:
+            failures.append(f"{type(error).__name__}:{getattr(error, 'code', '')}")
+    try:
+        await ledger.close()
+        closed = "ok"
+    except Exception as error:
+        closed = f"{type(error).__name__}:{getattr(error, 'code', '')}:{error.__notes__!r}"
+    print(json.dumps({"failures": failures, "close": closed,
+                      "lengths": [len(s.events) for s in sessions]}))
+
+asyncio.run(main())
+"""
+
+
+def run_many(root: Path, limit: int, count: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", MANY_SESSIONS_CHILD, str(root), str(limit), str(count)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = orjson.loads(done.stdout)
+    return result
+
+
+async def test_a_thousand_live_sessions_need_no_descriptor_each(tmp_path: Path) -> None:
+    # 1,000 sessions live at once (each holds its writer lock until close) under a limit
+    # of 256 open files: locks are byte ranges of one store-wide lock file.
+    result = run_many(tmp_path, 256, 1_000)
+    assert result["failures"] == []
+    assert result["close"] == "ok"
+    store = make_store(tmp_path)
+    try:
+        for index, length in enumerate(result["lengths"]):
+            assert len((await store.load(f"s{index}")).events) == length
+    finally:
+        await store.close()
+
+
+async def test_running_out_of_descriptors_is_a_typed_error_and_close_names_the_sessions(
+    tmp_path: Path,
+) -> None:
+    result = run_many(tmp_path, 0, 3)  # too few descriptors for even one write
+    assert result["failures"] == ["ResourceLimitError:RESOURCE_LIMIT"] * 3
+    assert result["close"].startswith("ResourceLimitError:RESOURCE_LIMIT:")
+    for index in range(3):
+        assert f"session 's{index}'" in result["close"]

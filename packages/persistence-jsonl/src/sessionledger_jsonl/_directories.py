@@ -1,38 +1,44 @@
 """Where the JSONL store keeps each session, and reading what is there (never writing).
 
-``ROOT/<project-key>/<encoded-id>/session.jsonl`` (SPEC §12). The id alone names a
-session, whatever its cwd: an index answers for ids this store has seen; otherwise one
-``stat`` per project directory finds it (project directories are few; the sessions
-inside them may be thousands). Everything here is blocking; the store runs it in worker
-threads.
+``ROOT/<project-key>/<encoded-id>/session.jsonl`` (SPEC §12). A session's place is the
+pair of names below the root; every open goes through directory descriptors and refuses
+symbolic links. The id alone names a session, whatever its cwd: an index answers for ids
+this store has seen; otherwise one ``stat`` per project directory finds it (project
+directories are few; the sessions inside them may be thousands). Everything here is
+blocking; the store runs it in worker threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from sessionledger.errors import CorruptLogError, HeaderError, LedgerError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import RawLog, RawRecord
-from sessionledger_jsonl import _files
+from sessionledger.logstore import RawLog
+from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
     INCARNATION_KEY,
     LOG_NAME,
     parse_header,
     parse_line,
     revision_of,
+    split_batches,
     stat_key,
 )
 from sessionledger_jsonl.paths import encode_session_id, project_key
 
-__all__ = ["SessionDirectories", "storable_name"]
+__all__ = ["Place", "SessionDirectories", "storable_name"]
 
 logger = logging.getLogger("sessionledger")
 
 _STABLE_READ_TRIES: Final = 10
+
+#: Where a session lives: (project directory name, session directory name).
+Place = tuple[str, str]
 
 
 def storable_name(session_id: str) -> str | None:
@@ -47,72 +53,125 @@ def storable_name(session_id: str) -> str | None:
 class SessionDirectories:
     """The session directories under *root*: finding, reading and listing logs."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, system: FileSystem, root: str) -> None:
+        self.system: Final = system
         self.root: Final = root
-        self._index: dict[str, str] = {}  # id -> session directory, filled lazily
+        self._index: dict[str, Place] = {}  # id -> place, filled lazily
 
-    def home(self, header: SessionHeader) -> str:
-        """Return the directory *header*'s session belongs in (whether or not it exists)."""
-        return os.path.join(self.root, project_key(header.cwd), encode_session_id(header.id))
+    def home(self, header: SessionHeader) -> Place:
+        """Return where *header*'s session belongs (whether or not it exists)."""
+        return project_key(header.cwd), encode_session_id(header.id)
 
-    def remember(self, session_id: str, directory: str) -> None:
-        """Note that *session_id* now lives in *directory*."""
-        self._index[session_id] = directory
+    def path(self, place: Place, name: str = LOG_NAME) -> str:
+        """The absolute path of *name* in the session directory *place*, for messages."""
+        return os.path.join(self.root, *place, name)
+
+    def remember(self, session_id: str, place: Place) -> None:
+        """Note that *session_id* now lives at *place*."""
+        self._index[session_id] = place
 
     def forget(self, session_id: str) -> None:
         """Drop what the index knows of *session_id* (it was deleted)."""
         self._index.pop(session_id, None)
 
-    def find(self, session_id: str) -> str | None:
-        """Return the directory holding *session_id*'s log, or None."""
+    @contextlib.contextmanager
+    def opened(self, place: tuple[str, ...]) -> Iterator[int | None]:
+        """Yield a descriptor of the session directory at *place*, None when it is
+        missing (its parents included); a link on the way is refused."""
+        system = self.system
+        try:
+            root = system.open_root(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            yield None
+            return
+        fd = root
+        try:
+            for name in place:
+                try:
+                    child = system.open_dir(name, fd)
+                except FileNotFoundError:
+                    yield None
+                    return
+                system.close(fd)
+                fd = child
+            yield fd
+        finally:
+            system.close(fd)
+
+    def find(self, session_id: str) -> Place | None:
+        """Return where *session_id*'s log is, or None."""
         cached = self._index.get(session_id)
         if cached is not None:
-            if _files.exists(os.path.join(cached, LOG_NAME)):
+            if self._has_log(cached):
                 return cached
             self._index.pop(session_id, None)
         name = storable_name(session_id)
         if name is None:
             return None
-        found = [
-            candidate
-            for project in _files.subdirectories(self.root)
-            if _files.exists(os.path.join(candidate := os.path.join(project, name), LOG_NAME))
-        ]
+        found = [(project, name) for project in self._projects() if self._has_log((project, name))]
         if len(found) > 1:
+            paths = [os.path.join(self.root, *place) for place in found]
             raise CorruptLogError(
                 f"the session id is stored in {len(found)} project directories: "
-                + ", ".join(found),
+                + ", ".join(paths),
                 session_id=session_id,
-                path=found[0],
+                path=paths[0],
             )
         if not found:
             return None
         self._index[session_id] = found[0]
         return found[0]
 
+    def _projects(self, *, strict: bool = True) -> list[str]:
+        """The project directories under the root. A symbolic link among them is refused
+        (*strict*: finding a session must not silently look past one) or skipped."""
+        system = self.system
+        try:
+            root = system.open_root(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            entries = system.entries(root)
+        finally:
+            system.close(root)
+        for name, kind in entries:
+            if kind == "link":
+                path = os.path.join(self.root, name)
+                if strict:
+                    raise SymlinkRefusedError(0, "symbolic link refused", path)
+                logger.warning("skipping %s: it is a symbolic link", path)
+        return sorted(name for name, kind in entries if kind == "dir")
+
+    def _has_log(self, place: Place) -> bool:
+        with self.opened(place) as fd:  # a link at the session directory is refused here
+            if fd is None:
+                return False
+            kind = self.system.kind(LOG_NAME, fd)
+        if kind == "link":
+            raise SymlinkRefusedError(0, "symbolic link refused", self.path(place))
+        return kind == "file"
+
     # -- reading ------------------------------------------------------------------------
 
     def read_log(self, session_id: str) -> RawLog | None:
         """Read the whole log of *session_id* (a line-oriented file cannot seek by seq)."""
-        directory = self.find(session_id)
-        if directory is None:
+        place = self.find(session_id)
+        if place is None:
             return None
-        path = os.path.join(directory, LOG_NAME)
+        path = self.path(place)
+        with self.opened(place) as directory:
+            if directory is None:
+                self._index.pop(session_id, None)
+                return None
+            try:
+                fd = self.system.open_file(LOG_NAME, directory)
+            except FileNotFoundError:  # deleted since it was found
+                self._index.pop(session_id, None)
+                return None
         try:
-            file = open(path, "rb")  # noqa: SIM115 - closed below, stat taken on its fd
-        except FileNotFoundError:  # deleted since it was found
-            self._index.pop(session_id, None)
-            return None
-        with file:
-            # A writer in another process may append while we read: retry until the file
-            # did not change during the read, so the revision describes these bytes.
-            for _ in range(_STABLE_READ_TRIES):
-                file.seek(0)
-                before = os.fstat(file.fileno())
-                data = file.read()
-                after = os.fstat(file.fileno())
-                if stat_key(before) == stat_key(after):
-                    break
+            data, status = self._stable_read(fd)
+        finally:
+            self.system.close(fd)
         end = data.find(b"\n")
         if end < 0:
             raise CorruptLogError(
@@ -122,21 +181,24 @@ class SessionDirectories:
                 line=1,
             )
         header, incarnation = parse_header(data[:end], path, session_id)
-        self._check_location(session_id, header, directory, path)
-        records: list[RawRecord] = []
-        torn_at: int | None = None
-        position = end + 1
-        lines = data[position:].split(b"\n")
-        tail = lines.pop()  # b"" when the file ends with a newline, else a torn fragment
-        for number, line in enumerate(lines, start=2):
-            records.append(RawRecord(parse_line(line), position, f"line {number}"))
-            position += len(line) + 1
-        if tail:
-            torn_at = position
-        return RawLog(header, records, revision_of(incarnation, after), path, torn_at)
+        self._check_location(session_id, header, place, path)
+        records, batches = split_batches(data, end + 1, path)
+        return RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
+
+    def _stable_read(self, fd: int) -> tuple[bytes, os.stat_result]:
+        """Read a whole file, retrying until it did not change during the read (a writer
+        in another process may append meanwhile), so the revision describes these bytes."""
+        system = self.system
+        for _ in range(_STABLE_READ_TRIES):
+            before = system.status(fd)
+            data = system.read_all(fd)
+            after = system.status(fd)
+            if stat_key(before) == stat_key(after):
+                break
+        return data, after
 
     def _check_location(
-        self, session_id: str, header: Mapping[str, Any], directory: str, path: str
+        self, session_id: str, header: Mapping[str, Any], place: Place, path: str
     ) -> None:
         """Refuse a log whose header names another home than where it was found (a file
         moved between project directories, or a rewritten cwd)."""
@@ -147,10 +209,10 @@ class SessionDirectories:
         if parsed.id != session_id:
             return  # the core reports the identity mismatch
         expected = self.home(parsed)
-        if os.path.normcase(expected) != os.path.normcase(directory):
+        if expected != place:
             raise CorruptLogError(
-                f"the header's cwd {parsed.cwd!r} places this session in {expected!r}, "
-                "not where its log was found",
+                f"the header's cwd {parsed.cwd!r} places this session in "
+                f"{os.path.join(self.root, *expected)!r}, not where its log was found",
                 session_id=session_id,
                 path=path,
                 line=1,
@@ -158,29 +220,67 @@ class SessionDirectories:
 
     def read_revision(self, session_id: str) -> str | None:
         """Return the revision of *session_id*'s log from its header line and status."""
-        directory = self.find(session_id)
-        if directory is None:
+        place = self.find(session_id)
+        if place is None:
             return None
-        return revision_at(os.path.join(directory, LOG_NAME))
+        return self.revision_at(place)
+
+    def revision_at(self, place: Place) -> str | None:
+        """Return the revision of the log at *place* (None when there is none)."""
+        head = self._head(place)
+        if head is None:
+            return None
+        status, line = head
+        incarnation = ""
+        if line is not None:
+            value = parse_line(line)
+            if type(value) is dict and type(value.get(INCARNATION_KEY)) is str:
+                incarnation = value[INCARNATION_KEY]
+        return revision_of(incarnation, status)
+
+    def _head(self, place: Place) -> tuple[os.stat_result, bytes | None] | None:
+        """The status and first line of the log at *place*; None if there is no log."""
+        with self.opened(place) as directory:
+            if directory is None:
+                return None
+            try:
+                fd = self.system.open_file(LOG_NAME, directory)
+            except FileNotFoundError:
+                return None
+        try:
+            return self.system.status(fd), self.system.first_line(fd)
+        finally:
+            self.system.close(fd)
 
     def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         """Return the header and revision of every readable log, reading header lines only."""
         found: list[tuple[Mapping[str, Any], str]] = []
-        where: dict[str, str] = {}
-        for project in sorted(_files.subdirectories(self.root)):
-            for directory in sorted(_files.subdirectories(project)):
-                listed = self._listed(directory, where)
+        where: dict[str, Place] = {}
+        system = self.system
+        for project in self._projects(strict=False):
+            with self.opened((project,)) as fd:
+                entries = [] if fd is None else system.entries(fd)
+            for name, kind in entries:
+                if kind == "link":
+                    link = self.path((project, name), "")
+                    logger.warning("skipping %s: it is a symbolic link", link)
+            for name in sorted(name for name, kind in entries if kind == "dir"):
+                listed = self._listed((project, name), where)
                 if listed is not None:
                     found.append(listed)
         return found
 
     def _listed(
-        self, directory: str, where: dict[str, str]
+        self, place: Place, where: dict[str, Place]
     ) -> tuple[Mapping[str, Any], str] | None:
-        """The header and revision of the log in *directory*, or None (logged) when it
-        has none, or one that cannot be listed."""
-        path = os.path.join(directory, LOG_NAME)
-        head = _files.read_head(path)
+        """The header and revision of the log at *place*, or None (logged) when it has
+        none, or one that cannot be listed."""
+        path = self.path(place)
+        try:
+            head = self._head(place)
+        except SymlinkRefusedError:
+            logger.warning("skipping %s: it is a symbolic link", path)
+            return None
         if head is None:
             return None  # not a session directory (or deleted meanwhile)
         status, line = head
@@ -188,11 +288,11 @@ class SessionDirectories:
             if line is None:
                 raise CorruptLogError("the header line is incomplete", path=path, line=1)
             header, incarnation = parse_header(line, path, None)
-        except CorruptLogError as error:
+        except LedgerError as error:
             logger.warning("skipping an unreadable session log: %s", error)
             return None
         session_id = header.get("id")
-        if type(session_id) is not str or storable_name(session_id) != os.path.basename(directory):
+        if type(session_id) is not str or storable_name(session_id) != place[1]:
             # Never repr a hostile id: it may be huge, or nested too deep for repr.
             logger.warning(
                 "skipping %s: its header id (a %s) does not name its directory",
@@ -204,24 +304,10 @@ class SessionDirectories:
             logger.warning(
                 "session %r is stored twice (%s and %s); listing the first",
                 session_id,
-                where[session_id],
-                directory,
+                os.path.join(self.root, *where[session_id]),
+                os.path.join(self.root, *place),
             )
             return None
-        where[session_id] = directory
-        self._index.setdefault(session_id, directory)
+        where[session_id] = place
+        self._index.setdefault(session_id, place)
         return header, revision_of(incarnation, status)
-
-
-def revision_at(path: str) -> str | None:
-    """Return the revision of the log file at *path* (None when there is no file)."""
-    head = _files.read_head(path)
-    if head is None:
-        return None
-    status, line = head
-    incarnation = ""
-    if line is not None:
-        value = parse_line(line)
-        if type(value) is dict and type(value.get(INCARNATION_KEY)) is str:
-            incarnation = value[INCARNATION_KEY]
-    return revision_of(incarnation, status)

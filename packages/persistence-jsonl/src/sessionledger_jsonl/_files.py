@@ -1,57 +1,75 @@
-"""Blocking file-system helpers of the JSONL store; the store runs them in worker threads.
+"""Every file-system call of the JSONL store, through one object: ``FileSystem``.
 
-They work on paths and descriptors and know nothing about sessions, except
-``translate_os_error``, the one place an ``OSError`` becomes a ``LedgerError``.
+All names are opened relative to a directory descriptor and never through a symbolic
+link (``O_NOFOLLOW``, ``follow_symlinks=False``), so nothing is ever read, created,
+written, cut or removed outside the store root (SPEC §11.5). What the store creates gets
+its private mode explicitly (directories ``0700``, files ``0600``), whatever the umask.
+The store takes a ``FileSystem`` at construction: tests hand it one that records every
+call (the power-loss harness) or fails chosen ones. Everything here blocks; the store
+runs it in worker threads. ``translate_os_error`` is the one place an ``OSError`` becomes
+a ``LedgerError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import hashlib
 import logging
 import os
-import secrets
+import stat
+import struct
 from typing import Final
 
 from sessionledger._failpoints import failpoint, failpoint_armed
-from sessionledger.errors import ConfigError
-from sessionledger.files import DIR_MODE, FILE_MODE, fsync_dir, make_private_dirs
+from sessionledger.errors import ConfigError, ResourceLimitError
+from sessionledger.files import DIR_MODE, FILE_MODE
 
 __all__ = [
     "DIR_MODE",
-    "HardLinkUnsupportedError",
     "FILE_MODE",
-    "OPEN_FLAGS",
-    "exists",
-    "first_line",
-    "fsync_dir",
-    "last_line_start",
-    "lock_exclusive",
-    "make_dirs",
-    "publish",
-    "read_head",
-    "remove_matching",
-    "subdirectories",
+    "FileSystem",
+    "HardLinkUnsupportedError",
+    "SessionLocks",
     "translate_os_error",
-    "truncate",
-    "unlink_quietly",
-    "write_all",
 ]
 
 logger = logging.getLogger("sessionledger")
 
-OPEN_FLAGS: Final = os.O_CLOEXEC
+_DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS: Final = os.O_NOFOLLOW | os.O_CLOEXEC
 _HEAD_CHUNK: Final = 8192
 _TAIL_CHUNK: Final = 64 * 1024
 _NO_HARD_LINKS: Final = frozenset((errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP))
+_EXHAUSTED: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+#: The store-wide lock file (one descriptor per store holds every session's lock).
+LOCKS_NAME: Final = ".locks"
+
+
+class HardLinkUnsupportedError(OSError):
+    """The file system refuses hard links, which publishing a log needs."""
+
+
+class SymlinkRefusedError(OSError):
+    """A symbolic link stands where the store expects a directory or a file."""
 
 
 def translate_os_error(error: OSError, session_id: str | None) -> BaseException:
-    """Map an OSError to the ``LedgerError`` a user can act on (a path that is not a
-    directory, missing permissions), or return it unchanged: disk full and I/O errors
-    stay ``OSError``, and the failed operation may be retried as it is."""
+    """Map an OSError to the ``LedgerError`` a user can act on, or return it unchanged:
+    I/O errors stay ``OSError``, and the failed operation may be retried as it is."""
     where = error.filename or "the jsonl store"
     reason = error.strerror or str(error)
+    if isinstance(error, SymlinkRefusedError) or error.errno == errno.ELOOP:
+        return ConfigError(
+            f"{where!s} is a symbolic link; the jsonl store never follows links inside "
+            "its root (replace it with a real directory or file)",
+            session_id=session_id,
+        )
+    if error.errno in _EXHAUSTED:
+        return ResourceLimitError(
+            f"{where!s}: {reason}", errno=error.errno, session_id=session_id, path=str(where)
+        )
     if error.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
         return ConfigError(
             f"{where!s}: {reason}; the jsonl store needs a directory tree there",
@@ -64,185 +82,337 @@ def translate_os_error(error: OSError, session_id: str | None) -> BaseException:
     return error
 
 
-def exists(path: str) -> bool:
-    """Tell whether *path* exists; errors other than "absent" propagate."""
-    try:
-        os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    return True
+class FileSystem:
+    """The calls the JSONL store makes, each relative to a directory descriptor.
 
-
-def subdirectories(path: str) -> list[str]:
-    """Return the paths of the directories (or links to them) inside *path*."""
-    try:
-        with os.scandir(path) as entries:
-            return [entry.path for entry in entries if entry.is_dir()]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def read_head(path: str) -> tuple[os.stat_result, bytes | None] | None:
-    """Return the status and first line of the file at *path*; None if there is no file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | OPEN_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        return os.fstat(fd), first_line(fd)
-    finally:
-        os.close(fd)
-
-
-def first_line(fd: int) -> bytes | None:
-    """Return the first line of an open file without its newline (None: there is none).
-
-    Reads in small chunks, so a header costs one small read however long the log is.
+    Subclass it to watch or fail calls: the store calls nothing else (and ``os`` only
+    through it). Mutating calls are ``mkdir``, ``create``, ``write``, ``truncate``,
+    ``fsync``, ``link``, ``unlink`` and ``rmdir``.
     """
-    chunks: list[bytes] = []
-    offset = 0
-    while True:
-        chunk = os.pread(fd, _HEAD_CHUNK, offset)
-        if not chunk:
-            return None
-        end = chunk.find(b"\n")
-        if end >= 0:
-            chunks.append(chunk[:end])
-            return b"".join(chunks)
-        chunks.append(chunk)
-        offset += len(chunk)
 
+    # -- directories ------------------------------------------------------------------
 
-def last_line_start(fd: int, size: int) -> int:
-    """Return the offset where the last line of a file of *size* bytes starts; the file
-    must end with a newline. Reads backwards in growing windows (a line can be long)."""
-    end = size - 1  # the final newline
-    span = _TAIL_CHUNK
-    while True:
-        begin = max(0, end - span)
-        newline = os.pread(fd, end - begin, begin).rfind(b"\n")
-        if newline >= 0:
-            return begin + newline + 1
-        if begin == 0:
-            return 0
-        span *= 2
+    def open_root(self, path: str) -> int:
+        """Open the store root (the path the user gave may go through links)."""
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-
-def write_all(fd: int, data: bytes, *, point: str | None = None) -> None:
-    """Write all of *data*, however many calls the kernel needs.
-
-    *point* names a failpoint hit before the write; when it is the one that blocks, half
-    of *data* is written first, so a kill there leaves a torn record on disk exactly as a
-    crash in the middle of a large write does.
-    """
-    view = memoryview(data)
-    if point is not None:
-        if len(view) > 1 and failpoint_armed(point):
-            view = view[os.write(fd, view[: len(view) // 2]) :]
-        failpoint(point)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def make_dirs(directory: str, *, fsync: bool) -> None:
-    """Create *directory* and its missing parents with mode 0700 (see ``sessionledger.files``)."""
-    make_private_dirs(directory, fsync=fsync)
-
-
-class HardLinkUnsupportedError(OSError):
-    """The file system refuses hard links, which ``publish`` needs."""
-
-
-def lock_exclusive(path: str) -> int | None:
-    """Take an exclusive ``flock`` on the file *path* (created 0600 if missing) without
-    waiting; return its descriptor, or None when another descriptor holds it.
-
-    A lock on a file that was unlinked meanwhile (a concurrent delete) protects nothing,
-    so the lock is retaken until it is held on the file that *path* names; if *path*
-    keeps vanishing, ``FileNotFoundError`` is raised.
-    """
-    for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | OPEN_FLAGS, FILE_MODE)
+    def open_dir(self, name: str, dir_fd: int) -> int:
+        """Open the directory *name* inside *dir_fd*, refusing a symbolic link."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
+        except OSError as error:
+            raise self._refined(error, name, dir_fd) from None
+
+    def mkdir(self, name: str, dir_fd: int) -> None:
+        """Create the directory *name* (mode ``0700`` whatever the umask)."""
+        os.mkdir(name, DIR_MODE, dir_fd=dir_fd)
+        fd = self.open_dir(name, dir_fd)
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != DIR_MODE:
+                os.fchmod(fd, DIR_MODE)
+        finally:
             os.close(fd)
+
+    def entries(self, dir_fd: int) -> list[tuple[str, str]]:
+        """Return ``(name, kind)`` for each entry: ``"dir"``, ``"file"``, ``"link"`` (a
+        symbolic link, never followed) or ``"other"``."""
+        with os.scandir(dir_fd) as found:
+            return [(entry.name, _kind_of(entry)) for entry in found]
+
+    def kind(self, name: str, dir_fd: int) -> str | None:
+        """Return ``"dir"``, ``"file"``, ``"link"`` or ``"other"`` for *name*, or None."""
+        try:
+            status = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        mode = status.st_mode
+        if stat.S_ISLNK(mode):
+            return "link"
+        return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+    # -- files ------------------------------------------------------------------------
+
+    def open_file(self, name: str, dir_fd: int, flags: int = os.O_RDONLY) -> int:
+        """Open the existing file *name*, refusing a symbolic link."""
+        try:
+            return os.open(name, flags | _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError as error:
+            raise self._refined(error, name, dir_fd) from None
+
+    def create(self, name: str, dir_fd: int, *, exclusive: bool = True) -> int:
+        """Create (or, not *exclusive*, open or create) *name* for writing, mode ``0600``."""
+        flags = os.O_RDWR | os.O_CREAT | _FILE_FLAGS | (os.O_EXCL if exclusive else 0)
+        try:
+            fd = os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+        except OSError as error:
+            raise self._refined(error, name, dir_fd) from None
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)
         except BaseException:
             os.close(fd)
             raise
-        try:
-            current: os.stat_result | None = os.stat(path)
-        except FileNotFoundError:
-            current = None
-        if current is not None and os.path.samestat(os.fstat(fd), current):
-            return fd
-        os.close(fd)
-    raise FileNotFoundError(errno.ENOENT, "the lock file keeps vanishing", path)
+        return fd
 
+    def write(self, fd: int, data: bytes, *, point: str | None = None) -> None:
+        """Write all of *data* at the end of the file (*fd* is opened ``O_APPEND`` or new).
 
-def publish(path: str, content: bytes, *, fsync: bool) -> None:
-    """Create the file *path* holding *content* (mode 0600), all at once or not at all.
+        *point* names a failpoint hit before the write; when it is the one that blocks,
+        half of *data* is written first, so a kill there leaves a torn record on disk
+        exactly as a crash in the middle of a large write does.
+        """
+        view = memoryview(data)
+        if point is not None:
+            if len(view) > 1 and failpoint_armed(point):
+                view = view[os.write(fd, view[: len(view) // 2]) :]
+            failpoint(point)
+        while view:
+            view = view[os.write(fd, view) :]
 
-    The bytes go to a fresh temp file beside it, which is made durable and then
-    hard-linked to *path*: ``link`` never replaces, so an existing file raises
-    ``FileExistsError`` and is left untouched (``HardLinkUnsupportedError`` where the
-    file system has no hard links). With *fsync* the directory entry is made
-    durable before returning. Temp files from earlier interrupted calls are removed
-    first; the caller must hold the directory's lock.
-    """
-    directory, name = os.path.split(path)
-    remove_matching(directory, f"{name}.", ".tmp")
-    temp = f"{path}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_FLAGS, FILE_MODE)
-    try:
+    def truncate(self, fd: int, size: int) -> None:
+        """Cut the file to *size* bytes."""
+        os.ftruncate(fd, size)
+
+    def fsync(self, fd: int) -> None:
+        """Make a file's data, or a directory's entries, durable."""
+        os.fsync(fd)
+
+    def link(self, source: str, target: str, dir_fd: int) -> None:
+        """Give the file *source* the name *target* too; never replaces an existing one."""
         try:
-            failpoint("jsonl.publish.after-temp-create")
-            write_all(fd, content, point="jsonl.publish.mid-write")
-            failpoint("jsonl.publish.after-temp-write")
-            if fsync:
-                os.fsync(fd)
-            failpoint("jsonl.publish.after-temp-fsync")
-        finally:
-            os.close(fd)
-        try:
-            os.link(temp, path)
+            os.link(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         except OSError as error:
             if error.errno in _NO_HARD_LINKS:
-                raise HardLinkUnsupportedError(error.errno, error.strerror, directory) from error
+                raise HardLinkUnsupportedError(error.errno, error.strerror, target) from error
             raise
-        failpoint("jsonl.publish.after-link")
-    finally:
-        unlink_quietly(temp)
-    if fsync:
-        fsync_dir(directory)
-    failpoint("jsonl.publish.after-dir-fsync")
 
+    def unlink(self, name: str, dir_fd: int) -> None:
+        """Remove the name *name* (a link is removed, never followed)."""
+        os.unlink(name, dir_fd=dir_fd)
 
-def truncate(path: str, size: int, *, fsync: bool) -> None:
-    """Cut the file *path* to *size* bytes, durably with *fsync*."""
-    fd = os.open(path, os.O_WRONLY | OPEN_FLAGS)
-    try:
-        os.ftruncate(fd, size)
-        failpoint("jsonl.truncate.after-truncate")
-        if fsync:
-            os.fsync(fd)
-        failpoint("jsonl.truncate.after-fsync")
-    finally:
+    def rmdir(self, name: str, dir_fd: int) -> None:
+        """Remove the empty directory *name*."""
+        os.rmdir(name, dir_fd=dir_fd)
+
+    def close(self, fd: int) -> None:
         os.close(fd)
 
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
 
-def remove_matching(directory: str, prefix: str, suffix: str) -> None:
-    """Remove the files of *directory* named ``prefix…suffix`` (best effort)."""
-    for name in os.listdir(directory):
-        if name.startswith(prefix) and name.endswith(suffix):
-            unlink_quietly(os.path.join(directory, name))
+    def status(self, fd: int) -> os.stat_result:
+        return os.fstat(fd)
+
+    def read_all(self, fd: int) -> bytes:
+        chunks = []
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def read_at(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def lock_range(self, fd: int, offset: int) -> bool:
+        """Take an exclusive open-file-description lock on one byte; False if held."""
+        request = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+        except OSError as error:
+            if error.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        return True
+
+    def unlock_range(self, fd: int, offset: int) -> None:
+        """Release a lock taken by ``lock_range``."""
+        request = struct.pack("hhqqi", fcntl.F_UNLCK, os.SEEK_SET, offset, 1, 0)
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+
+    def _refined(self, error: OSError, name: str, dir_fd: int) -> OSError:
+        """Name the path in an error, and say so when a symbolic link was refused."""
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and self.kind(name, dir_fd) == "link":
+            return SymlinkRefusedError(
+                errno.ELOOP, "symbolic link refused", self.path(name, dir_fd)
+            )
+        if error.filename is None:
+            error.filename = self.path(name, dir_fd)
+        return error
+
+    def path(self, name: str, dir_fd: int) -> str:
+        """A readable path for *name* inside *dir_fd*, for messages."""
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+        except OSError:
+            return name
+
+    # -- helpers built on the calls above ---------------------------------------------
+
+    def first_line(self, fd: int) -> bytes | None:
+        """Return the first line without its newline (None: there is none), reading in
+        small chunks so a header costs one small read however long the log is."""
+        chunks: list[bytes] = []
+        offset = 0
+        while True:
+            chunk = self.read_at(fd, _HEAD_CHUNK, offset)
+            if not chunk:
+                return None
+            end = chunk.find(b"\n")
+            if end >= 0:
+                chunks.append(chunk[:end])
+                return b"".join(chunks)
+            chunks.append(chunk)
+            offset += len(chunk)
+
+    def last_line_start(self, fd: int, size: int) -> int:
+        """Return where the last line of a file of *size* bytes starts; the file must end
+        with a newline. Reads backwards in growing windows (a line can be long)."""
+        end = size - 1  # the final newline
+        span = _TAIL_CHUNK
+        while True:
+            begin = max(0, end - span)
+            newline = self.read_at(fd, end - begin, begin).rfind(b"\n")
+            if newline >= 0:
+                return begin + newline + 1
+            if begin == 0:
+                return 0
+            span *= 2
+
+    def make_dirs(self, root: str, parts: tuple[str, ...], *, fsync: bool) -> int:
+        """Open ``root/parts...``, creating what is missing (``0700``), and return the last
+        one's descriptor. With *fsync*, each directory's entry is made durable (its parent
+        fsynced) also when it already existed: an earlier call that failed may have made
+        it without making it durable, and a retry must not count on it."""
+        self.make_root(root, fsync=fsync)
+        fd = self.open_root(root)
+        try:
+            for name in parts:
+                try:
+                    child = self.open_dir(name, fd)
+                except FileNotFoundError:
+                    with contextlib.suppress(FileExistsError):
+                        self.mkdir(name, fd)
+                        failpoint("jsonl.mkdir.before-fsync")
+                    child = self.open_dir(name, fd)
+                try:
+                    if fsync:
+                        self.fsync(fd)  # the entry of *name*
+                except BaseException:
+                    self.close(child)
+                    raise
+                self.close(fd)
+                fd = child
+        except BaseException:
+            self.close(fd)
+            raise
+        return fd
+
+    def make_root(self, root: str, *, fsync: bool) -> None:
+        """Create the store root and its missing parents (``0700``), each entry made
+        durable (with *fsync*) before anything is created inside it."""
+        missing = []
+        current = root
+        while not os.path.isdir(current):  # above the root, the user's links are followed
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for path in reversed(missing):
+            parent_fd = self.open_root(os.path.dirname(path))
+            try:
+                with contextlib.suppress(FileExistsError):
+                    self.mkdir(os.path.basename(path), parent_fd)
+                    failpoint("jsonl.mkdir.before-fsync")
+                if fsync:
+                    self.fsync(parent_fd)
+            finally:
+                self.close(parent_fd)
+
+    def sync_ancestors(self, root: str) -> None:
+        """fsync the store root and every directory above it, so the root's own entry
+        (and its parents', where the store created them) is durable. Directories above
+        the root that cannot be opened are left alone."""
+        path = root
+        while True:
+            try:
+                fd = self.open_root(path)
+            except (PermissionError, FileNotFoundError):
+                if path != root:
+                    return
+                raise
+            try:
+                self.fsync(fd)
+            finally:
+                self.close(fd)
+            parent = os.path.dirname(path)
+            if parent == path:
+                return
+            path = parent
 
 
-def unlink_quietly(path: str) -> None:
-    """Remove *path*; a failure is only logged (used for leftovers, never for data)."""
-    try:
-        os.unlink(path)
-    except OSError:
-        logger.debug("could not remove %s", path, exc_info=True)
+def _kind_of(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "link"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+def lock_offset(session_id: str) -> int:
+    """The byte of the store's lock file that stands for *session_id*'s writer lock."""
+    digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2  # a positive off_t
+
+
+class SessionLocks:
+    """Writer locks of one store: one byte each in the root's lock file, all held on one
+    descriptor (SPEC §11.4: many live sessions must not need a descriptor each).
+
+    They are open-file-description locks: another store object, in this process or
+    another, conflicts with them, and the kernel drops them when the process dies.
+    """
+
+    def __init__(self, system: FileSystem, root: str) -> None:
+        self._system = system
+        self._root = root
+        self._fd: int | None = None
+        self._held: set[str] = set()
+
+    def acquire(self, session_id: str) -> bool:
+        """Take *session_id*'s lock (at once, or False when another writer holds it)."""
+        if session_id in self._held:
+            return True
+        fd = self._descriptor()
+        if not self._system.lock_range(fd, lock_offset(session_id)):
+            return False
+        self._held.add(session_id)
+        return True
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self._held
+
+    def release(self, session_id: str) -> None:
+        """Let go of *session_id*'s lock, if held; the descriptor closes with the last."""
+        if session_id not in self._held:
+            return
+        self._held.discard(session_id)
+        if self._fd is not None:
+            self._system.unlock_range(self._fd, lock_offset(session_id))
+            if not self._held:
+                self._system.close(self._fd)
+                self._fd = None
+
+    def release_all(self) -> None:
+        for session_id in list(self._held):
+            self.release(session_id)
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            root = self._system.open_root(self._root)
+            try:
+                self._fd = self._system.create(LOCKS_NAME, root, exclusive=False)
+            finally:
+                self._system.close(root)
+        return self._fd

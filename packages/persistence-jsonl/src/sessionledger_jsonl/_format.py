@@ -1,48 +1,66 @@
-"""The JSONL log format (SPEC §12): file names, the header line, record lines, revisions.
+"""The JSONL log format, storage format 2 (SPEC §12): the header line, records, batches.
 
-A log is ``session.jsonl``: line 1 is the header (``{"type": "session", ...}``), every
-later line one storage record (an event envelope or a packed chunk row), each ended by
-``\\n``. Nothing here touches the file system.
+A log is ``session.jsonl``. Line 1 is the header (``{"type": "session", ...}``); every
+later line is one storage record (an event envelope or a packed chunk row), each ended by
+``\\n``. Every batch, the first included, ends with a **commit record**::
+
+    {"commit": {"first": 0, "next": 12, "records": 5, "crc32": 2837461}}
+
+``first`` and ``next`` are the seqs the batch spans, ``records`` how many lines it has
+before the commit record, and ``crc32`` the CRC-32 of those lines' bytes (newlines
+included; the first batch's also covers the header line). A reader can so tell, batch by
+batch, whether a batch is complete and intact: one that is not, at the end of the file, is
+a torn tail; anywhere else it is damage (SPEC §11.2). A commit record has no ``type``
+key, so it can never be taken for an event. The file stays line-oriented JSON ``jq`` reads.
+Nothing here touches the file system.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
 
 from sessionledger import jsoncodec
-from sessionledger.chunks import unpack_record
-from sessionledger.errors import CorruptLogError
+from sessionledger.errors import CorruptLogError, FormatUnsupportedError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import UNPARSABLE
+from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord
+from sessionledger.snapshot import brief
 
 __all__ = [
     "INCARNATION_KEY",
-    "LOCK_NAME",
     "LOG_NAME",
-    "encode_records",
+    "QUARANTINE_PREFIX",
+    "STORAGE_FORMAT",
+    "committed_end",
+    "frame_batch",
     "header_line",
-    "next_seq_after",
     "parse_header",
     "parse_line",
+    "quarantine_name",
     "revision_of",
-    "seq_after_line",
+    "split_batches",
     "stat_key",
 ]
 
 #: The log file inside a session directory.
 LOG_NAME: Final = "session.jsonl"
-#: The advisory lock file inside a session directory (``flock``, never read).
-LOCK_NAME: Final = "lock"
+#: Quarantine files beside the log start with this (see ``quarantine_name``).
+QUARANTINE_PREFIX: Final = "session.jsonl.quarantine-"
 #: Header-line key holding a random token minted when the file is published. It tells two
 #: incarnations of one id apart in the revision even when the file system reuses the
 #: inode and its timestamps are coarse; the core never sees it.
 INCARNATION_KEY: Final = "incarnation"
+#: Header-line key holding the storage format of the file's framing.
+FORMAT_KEY: Final = "storageFormat"
+#: The storage format this build reads and writes: batches framed by commit records.
+STORAGE_FORMAT: Final = 2
 
 _HEADER_TAG: Final = "session"
+_COMMIT: Final = "commit"
 
 
 def parse_line(line: bytes) -> Any:
@@ -59,19 +77,38 @@ def parse_line(line: bytes) -> Any:
 
 def header_line(header: SessionHeader, incarnation: str) -> bytes:
     """Return the first line of a new log, newline included."""
-    value = {"type": _HEADER_TAG, **header.to_json(), INCARNATION_KEY: incarnation}
+    value = {
+        "type": _HEADER_TAG,
+        **header.to_json(),
+        INCARNATION_KEY: incarnation,
+        FORMAT_KEY: STORAGE_FORMAT,
+    }
     return jsoncodec.dumps(value) + b"\n"
 
 
 def parse_header(line: bytes, path: str, session_id: str | None) -> tuple[dict[str, Any], str]:
-    """Return the header JSON without its tag, and the incarnation token ("" if absent).
+    """Return the header JSON without the file's own keys, and the incarnation token.
 
-    Only the tag is checked here; version, fields and identity are the core's checks.
+    The storage format is checked first: another format may frame everything after the
+    header differently, so its file is refused before anything else is read. Version,
+    fields and identity of the session header are the core's checks.
     """
     value = parse_line(line)
     if type(value) is not dict or value.get("type") != _HEADER_TAG:
         raise CorruptLogError(
             "the first line is not a session header", session_id=session_id, path=path, line=1
+        )
+    label = value.get("id") if type(value.get("id")) is str else session_id
+    stored = value.pop(FORMAT_KEY, 1)
+    if stored != STORAGE_FORMAT:
+        newer = type(stored) is int and stored > STORAGE_FORMAT
+        raise FormatUnsupportedError(
+            f"the log's storage format is {brief(stored)}; this build reads format "
+            f"{STORAGE_FORMAT} only"
+            + ("; upgrade sessionledger to open it" if newer else " and has no upgrade path"),
+            code="FORMAT_NEWER" if newer else "FORMAT_OLDER",
+            session_id=label,
+            path=path,
         )
     del value["type"]
     incarnation = value.pop(INCARNATION_KEY, "")
@@ -85,28 +122,141 @@ def parse_header(line: bytes, path: str, session_id: str | None) -> tuple[dict[s
     return value, incarnation
 
 
-def encode_records(records: Sequence[Mapping[str, Any]]) -> bytes:
-    """Return the lines of *records* (already packed by the core), each ended by ``\\n``."""
-    return b"".join([jsoncodec.dumps(record) + b"\n" for record in records])
+def frame_batch(
+    records: Sequence[Mapping[str, Any]],
+    first: int,
+    end: int,
+    *,
+    prefix: bytes = b"",
+    covered: bytes = b"",
+) -> bytes:
+    """Return the lines of one batch, its commit record included. *prefix* (the header
+    line of a new log) goes in front; the checksum covers it too, and *covered*, bytes
+    already in the file before the batch (the header, when the batch is the log's first)."""
+    body = prefix + b"".join([jsoncodec.dumps(record) + b"\n" for record in records])
+    crc = zlib.crc32(body, zlib.crc32(covered))
+    commit = {"first": first, "next": end, "records": len(records), "crc32": crc}
+    return body + orjson.dumps({_COMMIT: commit}) + b"\n"
 
 
-def next_seq_after(record: Mapping[str, Any]) -> int:
-    """Return the seq after a record's last event (an envelope or a packed row)."""
-    if "seq0" in record:
-        data = record["data"]
-        members = data["texts"] if "texts" in data else data["args"]
-        return int(record["seq0"]) + len(members)
-    return int(record["seq"]) + 1
+def _commit_fields(value: Any) -> Mapping[str, Any] | None:
+    if type(value) is dict and len(value) == 1:
+        fields = value.get(_COMMIT)
+        if type(fields) is dict:
+            return fields
+    return None
 
 
-def seq_after_line(line: bytes) -> int:
-    """Return the seq after the last event of a stored record line.
+def _check(
+    fields: Mapping[str, Any], count: int, crc: int
+) -> tuple[str | None, int | None, int | None]:
+    """Return (why the batch is not intact or None, its first seq, its next seq)."""
+    first, end = fields.get("first"), fields.get("next")
+    if (
+        type(first) is not int
+        or type(end) is not int
+        or fields.keys()
+        != {
+            "first",
+            "next",
+            "records",
+            "crc32",
+        }
+    ):
+        return "its commit record is malformed", None, None
+    if fields.get("records") != count:
+        return (
+            f"it holds {count} records, its commit record says {brief(fields.get('records'))}",
+            first,
+            end,
+        )
+    if fields.get("crc32") != crc:
+        return "its checksum does not match its bytes", first, end
+    return None, first, end
 
-    Raises ``LedgerError``, ``TypeError``, ``ValueError``, ``KeyError`` or ``IndexError``
-    when the line is not a valid record.
+
+def split_batches(
+    data: bytes, body: int, path: str | None = None
+) -> tuple[list[RawRecord], list[RawBatch]]:
+    """Split a log's bytes after the header (*body* is where the records start) into its
+    records and its batches, checking each batch against its commit record.
+
+    A batch is intact when the lines its commit record counts, right before it, have the
+    checksum it states. Lines before them that no commit record accounts for form a
+    batch of their own that is not intact (inserted or left-over bytes), and so do the
+    lines after the last commit record, a partial last line included: the last,
+    incomplete batch.
     """
-    members = unpack_record(parse_line(line))
-    return next_seq_after(members[-1])
+    records: list[RawRecord] = []
+    batches: list[RawBatch] = []
+    view = memoryview(data)
+    header_crc = zlib.crc32(view[:body])  # the first batch's checksum covers the header
+    lines = data[body:].split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline, else a torn fragment
+    position = start = body
+    first_record = 0
+    first_line = 2
+    for number, line in enumerate(lines, start=2):
+        value = parse_line(line)
+        fields = _commit_fields(value)
+        if fields is None:
+            records.append(RawRecord(value, position, f"line {number}", number))
+            position += len(line) + 1
+            continue
+        pending = len(records) - first_record
+        counted = fields.get("records")
+        ours = counted if type(counted) is int and 0 <= counted <= pending else pending
+        split = len(records) - ours  # where the lines this commit record counts begin
+        begin = records[split].position if ours else position
+        # Only a batch that starts right after the header has it in its checksum.
+        crc = zlib.crc32(view[begin:position], header_crc if begin == body else 0)
+        problem, first, end = _check(fields, ours, crc)
+        if problem is None and split > first_record:
+            # Lines no commit record accounts for, before an intact batch: damage.
+            label = f"lines {first_line}-{records[split - 1].line}"
+            batches.append(
+                RawBatch(first_record, split, start, label, "lines no batch holds", line=first_line)
+            )
+            first_record, start, first_line = split, begin, records[split].line or first_line
+        elif problem is not None:
+            split, begin = first_record, start
+            problem, first, end = _check(
+                fields, pending, zlib.crc32(view[start:position], header_crc if not batches else 0)
+            )
+        label = f"batch {len(batches) + 1} (lines {first_line}-{number})"
+        batches.append(RawBatch(split, len(records), begin, label, problem, first, end, first_line))
+        position += len(line) + 1
+        start, first_record, first_line = position, len(records), number + 1
+    if tail:
+        records.append(RawRecord(UNPARSABLE, position, f"line {len(lines) + 2}", len(lines) + 2))
+    if first_record < len(records):
+        label = f"batch {len(batches) + 1} (from line {first_line})"
+        batches.append(
+            RawBatch(
+                first_record,
+                len(records),
+                start,
+                label,
+                "incomplete: no commit record",
+                line=first_line,
+            )
+        )
+    return records, batches
+
+
+def committed_end(last_line: bytes) -> int | None:
+    """Return the seq after the batch a log's last line commits, or None when that line
+    is not a commit record (the log does not end with a complete batch)."""
+    fields = _commit_fields(parse_line(last_line))
+    if fields is None or type(fields.get("next")) is not int:
+        return None
+    end: int = fields["next"]
+    return end
+
+
+def quarantine_name(stamp: str) -> str:
+    """The name of a quarantine file made at *stamp* (UTC, ``YYYYmmddTHHMMSS.ffffffZ``)."""
+    return f"{QUARANTINE_PREFIX}{stamp}"
 
 
 def stat_key(status: os.stat_result) -> tuple[int, int, int, int, int]:

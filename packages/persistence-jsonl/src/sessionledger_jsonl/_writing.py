@@ -1,68 +1,70 @@
-"""Writing JSONL logs: publishing, appending, repairing and deleting, under a ``flock``.
+"""Writing JSONL logs: publishing, appending, repairing and deleting, under a writer lock.
 
-Durability (SPEC §12): a session appears on disk atomically (temp file, fsync,
-``os.link``, fsync of the directory); an append is one ``write`` plus ``fsync`` and is
-cut back to the previous size when either fails, so a retry never duplicates a seq.
-Cross-process safety: the first write (or repair) by a store takes an exclusive
-``flock`` on the session's ``lock`` file and keeps it until release, delete or close;
-readers never lock. Everything here is blocking; the store runs it in worker threads.
+Durability (SPEC §11.5, §12): a session appears on disk atomically (temp file, fsync,
+``link``, fsync of the directory, and of every directory above it up to the file
+system's root once per store); an append is one ``write`` plus ``fsync`` of a batch framed
+by its commit record, cut back to the previous size when either fails, so a retry never
+duplicates a seq. Bytes a repair cuts are first copied into a quarantine file beside the
+log and made durable. A publish that is retried after an error makes the directory
+entries durable again before the batch counts as landed. The store's writer locks are
+``SessionLocks`` (one descriptor per store); readers never lock. Everything here is
+blocking; the store runs it in worker threads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import secrets
-import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sessionledger._failpoints import failpoint
-from sessionledger.errors import (
-    ConfigError,
-    LedgerError,
-    SessionLockedError,
-    SessionNotFoundError,
-)
-from sessionledger.logstore import Batch, Repair
-from sessionledger_jsonl import _files
-from sessionledger_jsonl._directories import SessionDirectories, revision_at
+from sessionledger.errors import ConfigError, SessionLockedError, SessionNotFoundError
+from sessionledger.logstore import Batch, Repair, RepairReceipt
+from sessionledger_jsonl._directories import Place, SessionDirectories
+from sessionledger_jsonl._files import FileSystem, HardLinkUnsupportedError, SessionLocks
 from sessionledger_jsonl._format import (
-    LOCK_NAME,
     LOG_NAME,
-    encode_records,
+    committed_end,
+    frame_batch,
     header_line,
-    seq_after_line,
+    quarantine_name,
 )
 
 __all__ = ["Writers"]
 
+_TEMP_SUFFIX = ".tmp"
+
 
 @dataclass(slots=True)
 class _Writer:
-    """What a store knows about a session whose lock it holds.
+    """What a store knows about a session whose writer lock it holds.
 
     ``size`` is the length of the log as this store last left it; ``next_seq`` the seq
-    the next batch must start with (None: read it from the last line first); ``dirty``
-    marks a failed write whose rollback failed too, so the next write cuts back first.
+    the next batch must start with (None: read it from the last commit record first);
+    ``dirty`` marks a failed write whose rollback failed too, so the next write cuts back
+    first.
     """
 
-    directory: str
-    lock_fd: int
+    place: Place
     size: int
     next_seq: int | None = None
     dirty: bool = False
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.directory, LOG_NAME)
+    header: bytes = b""  # the header line, while no batch follows it (a cut took them all)
 
 
 class Writers:
-    """The sessions one store writes, each with its lock held."""
+    """The sessions one store writes, each under its writer lock."""
 
     def __init__(self, directories: SessionDirectories, *, fsync: bool) -> None:
         self._directories = directories
+        self._system: FileSystem = directories.system
         self._fsync = fsync
+        self._locks = SessionLocks(self._system, directories.root)
         self._held: dict[str, _Writer] = {}
+        self._root_durable = False  # the root's entry (and its parents') fsynced once
 
     # -- the primitives -------------------------------------------------------------------
 
@@ -70,36 +72,50 @@ class Writers:
         """Publish a new log holding the header and *batch*; False if one exists."""
         header = batch.header
         session_id = header.id
-        if self._directories.find(session_id) is not None:
+        existing = self._directories.find(session_id)
+        if existing is not None:
+            # Maybe this very batch, published by a call whose end was lost: it may count
+            # as landed only once everything its directory entries depend on is durable.
+            self._make_entries_durable(existing)
             return False
-        directory = self._directories.home(header)
-        path = os.path.join(directory, LOG_NAME)
-        content = header_line(header, secrets.token_hex(8)) + encode_records(batch.records)
-        _files.make_dirs(directory, fsync=self._fsync)
+        place = self._directories.home(header)
+        system = self._system
+        directory = system.make_dirs(self._directories.root, place, fsync=self._fsync)
         failpoint("jsonl.materialize.after-mkdir")
         try:
-            lock_fd = self._take_lock(session_id, directory)
-        except SessionLockedError:
-            if _files.exists(path):
-                return False  # another writer published it and holds it
-            raise
-        try:
-            _files.publish(path, content, fsync=self._fsync)
-        except FileExistsError:
-            os.close(lock_fd)
-            return False
-        except _files.HardLinkUnsupportedError as error:
-            os.close(lock_fd)
-            raise ConfigError(
-                f"the file system under {directory!r} cannot make hard links, which the "
-                "jsonl store needs to publish a log without overwriting one",
-                session_id=session_id,
-            ) from error
-        except BaseException:
-            os.close(lock_fd)
-            raise
-        self._directories.remember(session_id, directory)
-        self._held[session_id] = _Writer(directory, lock_fd, len(content), batch.end_seq)
+            try:
+                self._lock(session_id, place)
+            except SessionLockedError:
+                if system.kind(LOG_NAME, directory) == "file":
+                    return False  # another writer published it, and holds it
+                raise
+            content = frame_batch(
+                batch.records,
+                batch.first_seq,
+                batch.end_seq,
+                prefix=header_line(header, secrets.token_hex(8)),
+            )
+            try:
+                self._publish(directory, content)
+            except FileExistsError:
+                self._locks.release(session_id)
+                return False
+            except HardLinkUnsupportedError as error:
+                self._locks.release(session_id)
+                raise ConfigError(
+                    f"the file system under {self._directories.path(place, '')!r} cannot "
+                    "make hard links, which the jsonl store needs to publish a log without "
+                    "overwriting one",
+                    session_id=session_id,
+                ) from error
+            except BaseException:
+                self._locks.release(session_id)
+                raise
+        finally:
+            system.close(directory)
+        self._make_root_durable()
+        self._directories.remember(session_id, place)
+        self._held[session_id] = _Writer(place, len(content), batch.end_seq)
         return True
 
     def append(self, batch: Batch) -> bool:
@@ -107,161 +123,276 @@ class Writers:
         seq (changed behind this store, or cut)."""
         return self._append(self._acquire(batch.header.id), batch)
 
-    def repair(self, repair: Repair) -> bool:
-        """Cut the log at ``repair.cut_at`` and append the closers, if the log is still at
-        ``repair.revision``; False (nothing changed) otherwise."""
+    def repair(self, repair: Repair) -> RepairReceipt | None:
+        """Quarantine and cut the log at ``repair.cut_at``, then append the closers, if the
+        log is still at ``repair.revision``; None (nothing changed) otherwise."""
         writer = self._acquire(repair.header.id)
-        if revision_at(writer.path) != repair.revision:
-            return False
+        if self._directories.revision_at(writer.place) != repair.revision:
+            return None
+        receipt = RepairReceipt()
         if repair.cut_at is not None:
-            failpoint("jsonl.truncate.before")
-            _files.truncate(writer.path, repair.cut_at, fsync=self._fsync)
-            writer.size = repair.cut_at
-            writer.next_seq = None
-            writer.dirty = False
+            receipt = self._cut(writer, repair.cut_at)
             failpoint("jsonl.repair.after-cut")
-        return repair.closers is None or self._append(writer, repair.closers)
+        if repair.closers is not None and not self._append(writer, repair.closers):
+            return None
+        return receipt
 
     def delete(self, session_id: str) -> bool:
-        """Remove the session's directory; False when it has none."""
-        directory = self._directories.find(session_id)
-        if directory is None:
+        """Remove the session's directory and everything in it; False when it has none."""
+        place = self._directories.find(session_id)
+        if place is None:
             self.release(session_id)
             return False
-        writer = self._held.get(session_id)
-        if writer is not None and writer.directory == directory:
-            lock_fd = writer.lock_fd
-            del self._held[session_id]
-        else:
-            self.release(session_id)
-            lock_fd = self._take_lock(session_id, directory)
+        self._lock(session_id, place)
+        system = self._system
         try:
-            # Readers stop seeing the session at this unlink; the rest is cleanup.
-            os.unlink(os.path.join(directory, LOG_NAME))
-            failpoint("jsonl.delete.after-unlink")
-            shutil.rmtree(directory, ignore_errors=True)
-            if self._fsync:
-                _files.fsync_dir(os.path.dirname(directory))
+            with self._directories.opened(place[:1]) as project:
+                if project is None:
+                    return False
+                directory = system.open_dir(place[1], project)
+                try:
+                    # Readers stop seeing the session at this unlink; the rest is cleanup.
+                    system.unlink(LOG_NAME, directory)
+                    failpoint("jsonl.delete.after-unlink")
+                    if self._fsync:
+                        system.fsync(directory)
+                    for name, _ in system.entries(directory):
+                        with contextlib.suppress(OSError):
+                            system.unlink(name, directory)
+                finally:
+                    system.close(directory)
+                with contextlib.suppress(OSError):
+                    system.rmdir(place[1], project)
+                failpoint("jsonl.delete.after-remove")
+                if self._fsync:
+                    system.fsync(project)
         finally:
-            os.close(lock_fd)
+            self.release(session_id)
             self._directories.forget(session_id)
         return True
 
     def release(self, session_id: str) -> None:
-        """Close the session's lock descriptor, if this store holds it."""
-        writer = self._held.pop(session_id, None)
-        if writer is not None:
-            os.close(writer.lock_fd)
+        """Let go of the session's writer lock, if this store holds it."""
+        self._held.pop(session_id, None)
+        self._locks.release(session_id)
 
     def release_all(self) -> None:
-        """Close every lock descriptor this store holds."""
-        for session_id in list(self._held):
-            self.release(session_id)
+        """Let go of every writer lock this store holds."""
+        self._held.clear()
+        self._locks.release_all()
 
-    # -- appending ------------------------------------------------------------------------
+    # -- publishing -------------------------------------------------------------------------
+
+    def _publish(self, directory: int, content: bytes) -> None:
+        """Create ``session.jsonl`` holding *content*, all at once or not at all.
+
+        The bytes go to a fresh temp file, which is made durable and then hard-linked to
+        the log's name: ``link`` never replaces, so an existing log raises
+        ``FileExistsError`` and is left untouched. Temp files of earlier interrupted
+        calls are removed first.
+        """
+        system = self._system
+        for name, _ in system.entries(directory):
+            if name.startswith(f"{LOG_NAME}.") and name.endswith(
+                _TEMP_SUFFIX
+            ):  # (unlink: no follow)
+                system.unlink(name, directory)
+        temp = f"{LOG_NAME}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+        fd = system.create(temp, directory)
+        try:
+            try:
+                failpoint("jsonl.publish.after-temp-create")
+                system.write(fd, content, point="jsonl.publish.mid-write")
+                failpoint("jsonl.publish.after-temp-write")
+                if self._fsync:
+                    system.fsync(fd)
+                failpoint("jsonl.publish.after-temp-fsync")
+            finally:
+                system.close(fd)
+            system.link(temp, LOG_NAME, directory)
+            failpoint("jsonl.publish.after-link")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                system.unlink(temp, directory)
+        failpoint("jsonl.publish.after-temp-unlink")
+        if self._fsync:
+            system.fsync(directory)
+        failpoint("jsonl.publish.after-dir-fsync")
+
+    def _make_entries_durable(self, place: Place) -> None:
+        """fsync the session directory and every directory above it (SPEC §11.5)."""
+        if not self._fsync:
+            return
+        system = self._system
+        root = system.open_root(self._directories.root)
+        try:
+            project = system.open_dir(place[0], root)
+            try:
+                directory = system.open_dir(place[1], project)
+                try:
+                    system.fsync(directory)
+                finally:
+                    system.close(directory)
+                system.fsync(project)
+            finally:
+                system.close(project)
+        finally:
+            system.close(root)
+        self._root_durable = False
+        self._make_root_durable()
+
+    def _make_root_durable(self) -> None:
+        if self._fsync and not self._root_durable:
+            self._system.sync_ancestors(self._directories.root)
+            self._root_durable = True
+
+    # -- appending --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _log(self, writer: _Writer) -> Iterator[tuple[int, int]]:
+        """Yield descriptors of the session directory and of its log, opened to append."""
+        system = self._system
+        with self._directories.opened(writer.place) as directory:
+            if directory is None:
+                raise SessionNotFoundError("the session's directory is gone")
+            fd = system.open_file(LOG_NAME, directory, os.O_RDWR | os.O_APPEND)
+            try:
+                yield directory, fd
+            finally:
+                system.close(fd)
 
     def _append(self, writer: _Writer, batch: Batch) -> bool:
-        body = encode_records(batch.records)
-        fd = os.open(writer.path, os.O_RDWR | os.O_APPEND | _files.OPEN_FLAGS)
-        try:
+        system = self._system
+        with self._log(writer) as (_, fd):
             if not self._is_as_left(writer, fd):
                 return False
             if writer.next_seq is None:
-                writer.next_seq = _stored_next_seq(fd, writer.size)
+                writer.next_seq = self._stored_next_seq(writer, fd)
             if writer.next_seq != batch.first_seq:
                 return False
+            # The first batch's checksum covers the header line (SPEC §12).
+            body = frame_batch(batch.records, batch.first_seq, batch.end_seq, covered=writer.header)
             failpoint("jsonl.append.before-write")
             try:
-                _files.write_all(fd, body, point="jsonl.append.mid-write")
+                system.write(fd, body, point="jsonl.append.mid-write")
                 failpoint("jsonl.append.after-write")
                 if self._fsync:
-                    os.fsync(fd)
+                    system.fsync(fd)
                 failpoint("jsonl.append.after-fsync")
             except OSError as error:
                 self._roll_back(writer, fd, error)
                 raise
-        finally:
-            os.close(fd)
         writer.size += len(body)
         writer.next_seq = batch.end_seq
+        writer.header = b""
         return True
 
     def _roll_back(self, writer: _Writer, fd: int, error: OSError) -> None:
         """Cut a failed append back, so a retry of the batch cannot duplicate its seqs."""
         failpoint("jsonl.append.before-rollback")
         try:
-            os.ftruncate(fd, writer.size)
+            self._system.truncate(fd, writer.size)
+            failpoint("jsonl.append.after-rollback-truncate")
             if self._fsync:
-                os.fsync(fd)
+                self._system.fsync(fd)
         except OSError as rollback:
             writer.dirty = True
             error.add_note(
-                f"rolling {writer.path!r} back to {writer.size} bytes failed too "
-                f"({rollback}); the next write retries the rollback first"
+                f"rolling {self._directories.path(writer.place)!r} back to {writer.size} "
+                f"bytes failed too ({rollback}); the next write retries the rollback first"
             )
 
     def _is_as_left(self, writer: _Writer, fd: int) -> bool:
         """Tell whether the log is as this store left it (after retrying a rollback)."""
-        size = os.fstat(fd).st_size
+        size = self._system.size(fd)
         if size == writer.size:
             return True
         if writer.dirty and size > writer.size:
-            os.ftruncate(fd, writer.size)
+            self._system.truncate(fd, writer.size)
             if self._fsync:
-                os.fsync(fd)
+                self._system.fsync(fd)
             writer.dirty = False
             return True
         return False
 
-    # -- locks ----------------------------------------------------------------------------
+    def _stored_next_seq(self, writer: _Writer, fd: int) -> int | None:
+        """The seq after the log's last batch (0 when only the header is left), or None
+        when it does not end with a complete batch."""
+        system = self._system
+        size = writer.size
+        if size == 0 or system.read_at(fd, 1, size - 1) != b"\n":
+            return None
+        start = system.last_line_start(fd, size)
+        if start == 0:
+            writer.header = system.read_at(fd, size, 0)  # the next batch is the first
+            return 0
+        return committed_end(system.read_at(fd, size - 1 - start, start))
+
+    # -- repairing --------------------------------------------------------------------------
+
+    def _cut(self, writer: _Writer, cut_at: int) -> RepairReceipt:
+        """Move the log's bytes from *cut_at* on into a new quarantine file beside it
+        (durably), then cut the log there (durably)."""
+        system = self._system
+        with self._log(writer) as (directory, fd):
+            size = system.size(fd)
+            if cut_at >= size:
+                return RepairReceipt()
+            moved = system.read_at(fd, size - cut_at, cut_at)
+            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+            name = quarantine_name(stamp)
+            quarantine = system.create(name, directory)
+            try:
+                system.write(quarantine, moved)
+                if self._fsync:
+                    system.fsync(quarantine)
+            finally:
+                system.close(quarantine)
+            failpoint("jsonl.quarantine.after-write")
+            if self._fsync:
+                system.fsync(directory)
+            failpoint("jsonl.truncate.before")
+            system.truncate(fd, cut_at)
+            failpoint("jsonl.truncate.after-truncate")
+            if self._fsync:
+                system.fsync(fd)
+            failpoint("jsonl.truncate.after-fsync")
+        writer.size = cut_at
+        writer.next_seq = None
+        writer.dirty = False
+        return RepairReceipt(self._directories.path(writer.place, name), len(moved))
+
+    # -- locks ------------------------------------------------------------------------------
 
     def _acquire(self, session_id: str) -> _Writer:
         """Return the write state of a stored session, locking it first if needed."""
         writer = self._held.get(session_id)
         if writer is not None:
             return writer
-        directory = self._directories.find(session_id)
-        if directory is None:
+        place = self._directories.find(session_id)
+        if place is None:
             raise SessionNotFoundError("the session has no stored log", session_id=session_id)
-        lock_fd = self._take_lock(session_id, directory)
+        self._lock(session_id, place)
         try:
-            size = os.stat(os.path.join(directory, LOG_NAME)).st_size
+            with self._log(_Writer(place, 0)) as (_, fd):
+                size = self._system.size(fd)
         except FileNotFoundError as error:
-            os.close(lock_fd)
+            self._locks.release(session_id)
             raise SessionNotFoundError(
                 "the session was deleted meanwhile", session_id=session_id
             ) from error
-        writer = self._held[session_id] = _Writer(directory, lock_fd, size)
+        except BaseException:
+            self._locks.release(session_id)
+            raise
+        writer = self._held[session_id] = _Writer(place, size)
         return writer
 
-    def _take_lock(self, session_id: str, directory: str) -> int:
-        """Take the session's exclusive lock without waiting; return its descriptor."""
-        lock_path = os.path.join(directory, LOCK_NAME)
-        try:
-            fd = _files.lock_exclusive(lock_path)
-        except FileNotFoundError as error:
-            raise SessionNotFoundError(
-                "the session was deleted while being locked", session_id=session_id
-            ) from error
-        if fd is None:
+    def _lock(self, session_id: str, place: Place) -> None:
+        """Take the session's writer lock without waiting, or raise ``SessionLockedError``."""
+        if not self._locks.acquire(session_id):
             raise SessionLockedError(
-                f"another writer holds {lock_path!r} (a live session in another process or "
-                "store object); close it there first",
+                f"another writer holds {self._directories.path(place)!r} (a live session in "
+                "another process or store object); close it there first",
                 session_id=session_id,
             )
         failpoint("jsonl.lock.after-acquire")
-        return fd
-
-
-def _stored_next_seq(fd: int, size: int) -> int | None:
-    """Read the seq that follows the last line of the log (0 after a bare header), or
-    None when the log does not end with a complete, readable record."""
-    if size == 0 or os.pread(fd, 1, size - 1) != b"\n":
-        return None
-    start = _files.last_line_start(fd, size)
-    if start == 0:
-        return 0  # the header is the last line
-    try:
-        return seq_after_line(os.pread(fd, size - 1 - start, start))
-    except (LedgerError, TypeError, ValueError, KeyError, IndexError):
-        return None

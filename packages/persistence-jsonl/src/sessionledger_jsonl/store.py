@@ -19,12 +19,12 @@ from typing import Any, Final, ParamSpec, TypeVar, final
 
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair
+from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_jsonl import _files
 from sessionledger_jsonl._directories import SessionDirectories
-from sessionledger_jsonl._format import LOG_NAME
+from sessionledger_jsonl._files import FileSystem
 from sessionledger_jsonl._writing import Writers
 
 __all__ = ["JsonlLogStore", "JsonlPersistence"]
@@ -36,12 +36,20 @@ _T = TypeVar("_T")
 @final
 class JsonlLogStore(LogStore):
     """The storage primitives of the JSONL backend: one log file per session under *root*
-    (made absolute here, created with mode ``0700`` on the first write)."""
+    (made absolute here, created with mode ``0700`` on the first write). *filesystem* is
+    the seam every file-system call goes through (tests pass one that records or fails
+    calls)."""
 
     scheme = "jsonl"
     can_tear = True
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        filesystem: FileSystem | None = None,
+    ) -> None:
         if not isinstance(root, str | os.PathLike):
             raise ConfigError(f"jsonl root must be a path, got {type(root).__qualname__}")
         raw = os.fspath(root)
@@ -51,7 +59,7 @@ class JsonlLogStore(LogStore):
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise ConfigError(f"jsonl root {self.root!r} exists and is not a directory")
         self.fsync: Final = fsync
-        self._directories = SessionDirectories(self.root)
+        self._directories = SessionDirectories(filesystem or FileSystem(), self.root)
         self._writers = Writers(self._directories, fsync=fsync)
 
     def __repr__(self) -> str:
@@ -59,7 +67,7 @@ class JsonlLogStore(LogStore):
 
     def locate(self, header: SessionHeader) -> str:
         """Return the path of *header*'s log file (whether or not it exists yet)."""
-        return os.path.join(self._directories.home(header), LOG_NAME)
+        return self._directories.path(self._directories.home(header))
 
     async def _run(
         self,
@@ -106,7 +114,7 @@ class JsonlLogStore(LogStore):
         write = self._writers.create if batch.creates else self._writers.append
         return await self._run(batch.header.id, write, batch)
 
-    async def commit_repair(self, repair: Repair) -> bool:
+    async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         return await self._run(repair.header.id, self._writers.repair, repair)
 
     async def delete_log(self, session_id: str) -> bool:
@@ -129,6 +137,7 @@ class JsonlPersistence(SessionPersistence):
     write. ``fsync=False`` skips every fsync: faster, and a power loss may then lose or
     tear recent batches (a process crash still cannot). *event_types* is the registry
     the read path accepts (default: core vocabulary plus entry-point plugins).
+    *filesystem* replaces the seam every file-system call goes through (for tests).
     """
 
     def __init__(
@@ -137,8 +146,9 @@ class JsonlPersistence(SessionPersistence):
         *,
         event_types: EventTypeRegistry | None = None,
         fsync: bool = True,
+        filesystem: FileSystem | None = None,
     ) -> None:
-        self._jsonl = JsonlLogStore(root, fsync=fsync)
+        self._jsonl = JsonlLogStore(root, fsync=fsync, filesystem=filesystem)
         super().__init__(self._jsonl, event_types=event_types)
 
     @property
