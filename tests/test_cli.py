@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,9 @@ async def fill_store(url: str) -> None:
     async with Ledger.open(url) as ledger:
         closed = ledger.create("closed-1", cwd="/srv/app", title="two turns, compacted")
         closed_turn(closed, 1)
+        await ledger.flush(closed)  # one batch per turn, as a harness flushes
         closed_turn(closed, 2, prompt="and now?", answer="all done")
+        await ledger.flush(closed)
         compact(closed)
         crashed = ledger.create("crashed-1", cwd="/srv/app", title="cut mid-tool")
         closed_turn(crashed, 1)
@@ -283,7 +286,7 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
     await fill_store(url)
     (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
     lines = log.read_bytes().split(b"\n")
-    lines[3] = lines[3][:-5] + b"#!?"  # inside the committed region (turns follow it)
+    lines[3] = lines[3][:-5] + b"#!?"  # in the first batch: intact batches follow it
     log.write_bytes(b"\n".join(lines))
 
     result = run_cli(cli_env, "--store", url, "verify")
@@ -300,6 +303,66 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
     # ls still lists every session and says which one is unreadable.
     listed = run_cli(cli_env, "--store", url, "ls", "--json").json()
     assert [row["problem"] is not None for row in listed] == [True, False]
+
+
+async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    await fill_store(url)
+    (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
+    lines = log.read_bytes().split(b"\n")
+    lines[3] = lines[3][:-5] + b"#!?"  # in the first batch: intact batches follow it
+    log.write_bytes(b"\n".join(lines))
+    damaged = store_bytes(url)
+    # Never automatic: a plain repair refuses, and a dry run only tells.
+    assert_user_error(run_cli(cli_env, "--store", url, "repair", "closed-1"), "CORRUPT")
+    plan = run_cli(cli_env, "--store", url, "repair", "--salvage", "--dry-run", "closed-1")
+    assert plan.code == 0, plan
+    assert "would move 3 batches" in plan.out
+    assert store_bytes(url) == damaged
+    done = run_cli(cli_env, "--store", url, "repair", "--salvage", "closed-1", "--json").json()
+    assert done["keptEvents"] == 0  # the damage is in the first batch
+    assert done["movedBatches"] == 3
+    assert done["movedBytes"] > 0
+    moved = Path(done["quarantine"])
+    assert moved.parent == log.parent
+    assert moved.name.startswith("session.jsonl.quarantine-")
+    # The quarantine holds the cut bytes exactly: everything after the header line.
+    assert moved.read_bytes() == b"\n".join(lines).split(b"\n", 1)[1]
+    assert (
+        "nothing to salvage"
+        in run_cli(cli_env, "--store", url, "repair", "--salvage", "closed-1").out
+    )
+    assert run_cli(cli_env, "--store", url, "verify", "closed-1").code == 0
+
+
+async def test_the_default_store_and_its_parents_are_private_whatever_the_umask(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    source = store_url("jsonl", tmp_path, "source")
+    await fill_store(source)
+    home = tmp_path / "home"
+    env = {**cli_env, "HOME": str(home)}
+    env.pop("XDG_DATA_HOME")
+    target = home / ".local" / "share" / "sessionledger" / "ledger.db"
+    # The real command, under umask 000, writing to the default store for the first time.
+    result = run_cli(
+        env,
+        "-c",
+        "import os, runpy, sys; os.umask(0); sys.argv = ['sessionledger', *sys.argv[1:]]; "
+        "runpy.run_module('sessionledger', run_name='__main__')",
+        "copy",
+        "--from",
+        source,
+        "--to",
+        f"sqlite:{target}",
+        command=[sys.executable],
+    )
+    assert result.code == 0, result
+    for directory in (home, home / ".local", target.parent.parent, target.parent):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     repair = add("repair", "close an interrupted turn durably, as a resume would")
     repair.add_argument("id", metavar="ID")
     repair.add_argument("--dry-run", action="store_true", help="show what would be appended")
+    repair.add_argument(
+        "--salvage",
+        action="store_true",
+        help="cut a damaged log back to its longest intact prefix, moving the rest into "
+        "quarantine (never done without this option)",
+    )
     _add_json(repair, "the appended events")
 
     copy = add("copy", "copy sessions between stores, then verify each copy event-for-event")

@@ -109,6 +109,12 @@ async def verify_session(
         report.problems.append(_problem(error))
     else:
         repaired = len(view.events) - len(stored)
+        if view.torn_batches:
+            report.notes.append(
+                f"the log ends with a torn tail ({view.torn_batches} incomplete or damaged "
+                "last batch, after the last intact one); a resume or 'repair' moves it into "
+                "a quarantine file, and 'repair --salvage' shows what it holds"
+            )
         turn = open_turn(stored)
         if turn is not None:
             report.notes.append(
@@ -207,8 +213,11 @@ async def verify(args: argparse.Namespace) -> int:
 
 
 async def repair(args: argparse.Namespace) -> int:
-    """``repair ID [--dry-run]``: close an interrupted turn durably (``load``), or show
-    what would be appended (``inspect``, nothing written)."""
+    """``repair ID [--dry-run] [--salvage]``: close an interrupted turn durably (``load``),
+    or show what would be appended (``inspect``, nothing written). ``--salvage`` cuts a
+    damaged log back to its longest intact prefix instead, moving the rest aside."""
+    if args.salvage:
+        return await _salvage(args)
     async with opened_store(args.store_url) as store:
         before = await store.read_from(args.id, 0)
         view = await store.inspect(args.id)
@@ -230,8 +239,12 @@ async def repair(args: argparse.Namespace) -> int:
         return 0
     console = make_console()
     if not appended:
-        # A torn tail after the last closed turn is truncated by load without closers.
-        done = "dropped a torn final record" if rewritten else "nothing to repair (no open turn)"
+        # A torn tail after the last closed turn is moved aside by load without closers.
+        done = (
+            "moved a torn final batch into quarantine"
+            if rewritten
+            else "nothing to repair (no open turn)"
+        )
         console.print(f"{args.id}: {done}", markup=False)
         return 0
     verb = "would append" if args.dry_run else "appended"
@@ -241,4 +254,49 @@ async def repair(args: argparse.Namespace) -> int:
     console.print(event_table(appended, width=console.width))
     if args.dry_run:
         console.print(f"run 'sessionledger repair {args.id}' to write them", markup=False)
+    return 0
+
+
+async def _salvage(args: argparse.Namespace) -> int:
+    """``repair --salvage ID``: the one way past corruption, and only on request."""
+    async with opened_store(args.store_url) as store:
+        report = await store.salvage(args.id, dry_run=args.dry_run)
+    if args.json:
+        write_json(
+            {
+                "id": report.session_id,
+                "dryRun": bool(args.dry_run),
+                "keptEvents": report.kept_events,
+                "movedBatches": report.moved_batches,
+                "movedRecords": report.moved_records,
+                "movedSeqs": list(report.moved_seqs) if report.moved_seqs else None,
+                "movedBytes": report.moved_bytes,
+                "quarantine": report.quarantine,
+                "closers": report.closers,
+            }
+        )
+        return 0
+    console = make_console()
+    if not report.moved:
+        console.print(f"{args.id}: nothing to salvage: every stored batch is intact", markup=False)
+        return 0
+    seqs = (
+        f"seqs {report.moved_seqs[0]}-{report.moved_seqs[1]} among them"
+        if report.moved_seqs
+        else "no readable seq among them"
+    )
+    lines = [
+        f"{args.id}: keeping the first {plural(report.kept_events, 'event')} "
+        f"(the longest intact prefix)",
+        f"  {'would move' if args.dry_run else 'moved'} "
+        f"{plural(report.moved_batches, 'batch')}, {plural(report.moved_records, 'record')} "
+        f"({seqs})"
+        + ("" if args.dry_run else f", {report.moved_bytes:,} bytes, to {report.quarantine}"),
+    ]
+    if args.dry_run:
+        lines.append(f"run 'sessionledger repair --salvage {args.id}' to move them")
+    else:
+        lines.append(f"  appended {plural(report.closers, 'closing event')}")
+    for line in lines:
+        console.print(line, markup=False)
     return 0

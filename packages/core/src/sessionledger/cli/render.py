@@ -110,8 +110,10 @@ def write_jsonl(values: Iterable[Any]) -> None:
 
 
 def plural(count: int, noun: str) -> str:
-    """Return ``"1 session"`` / ``"3 sessions"``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    """Return ``"1 session"`` / ``"3 sessions"`` (``"2 batches"``)."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{count} {noun}s"
 
 
 def local_time(ms: int) -> str:

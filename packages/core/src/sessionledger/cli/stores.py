@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sessionledger.errors import ConfigError
+from sessionledger.files import make_private_dirs
 from sessionledger.ledger import Ledger, open_store
 from sessionledger.persistence import SessionPersistence
 
@@ -65,7 +66,7 @@ def prepare_for_writing(url: str) -> None:
     """
     path = default_store_path()
     if url == f"sqlite:{path}":
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(str(path.parent), fsync=True)  # each missing parent 0700, durably
 
 
 def _local_path(url: str) -> Path | None:
