@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 
 import sessionledger.ledger
 from sessionledger_invariants import InvariantsPlugin
+from sessionledger_postgres.testing import PG_URL_ENV, ServerUnavailable, ThrowawayServer
 
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(
@@ -45,3 +46,23 @@ def invariants_on(
 
     monkeypatch.setattr(sessionledger.ledger, "make_plugin_manager", with_invariants)
     yield
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """The URL of a PostgreSQL database the tests may create schemas in."""
+    named = os.environ.get(PG_URL_ENV, "").strip()
+    if named:
+        yield named
+        return
+    server = ThrowawayServer()
+    try:
+        url = server.start()
+    except ServerUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
+        pytest.skip(f"no PostgreSQL server could be started: {error}")
+    try:
+        yield url
+    finally:
+        server.stop()

@@ -6,8 +6,8 @@ Usage:
         append COUNT events one ``append`` call (one durable write) each; print
         ``ok COUNT`` or ``error <type> <message>``.
     python concurrency_child.py race URL SESSION_ID NAME ROUNDS
-        two of these race on one session. Per round: open a fresh store, read the
-        session's next seq (round 0: the session does not exist yet), print
+        two of these race on one session. Per round: open a fresh store, read (inspect)
+        the session's next seq (round 0: the session does not exist yet), print
         ``READY <round> <next seq>``, wait for ``go`` on stdin, append one event at that
         seq (round 0: create and append seq 0), close the store and print
         ``WIN <round>`` or ``LOSE <round> <error type>``.
@@ -88,7 +88,7 @@ async def race(url: str, session_id: str, name: str, rounds: int) -> None:
                 await store.create(header(session_id))
                 seq = 0
             else:
-                seq = len((await store.load(session_id)).events)
+                seq = len((await store.inspect(session_id)).events)  # reading takes no claim
             print(f"READY {number} {seq}", flush=True)
             sys.stdin.readline()
             try:

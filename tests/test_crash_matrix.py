@@ -154,6 +154,11 @@ def kill_at(failpoint: str, mode: str, url: str) -> Killed:
 # -- backends --------------------------------------------------------------------------
 
 
+def _is_claim_bookkeeping(relative: Path) -> bool:
+    top = relative.parts[0]
+    return top in (".locks", ".owners") or top.endswith((".db.locks", ".db.owners"))
+
+
 @dataclass
 class Store:
     """One backend's storage location and how to look at it from outside."""
@@ -175,13 +180,17 @@ class Store:
         return sessionledger_sqlite.plugin
 
     def files(self) -> dict[str, tuple[int, str]]:
-        """Every file of the store: relative path -> (mode, content hash)."""
+        """Every file of the store: relative path -> (mode, content hash). The claims'
+        lock file and holder notes are left out: they change with who holds a session,
+        not with what is stored."""
         root = self.location if self.kind == "jsonl" else self.location.parent
         found: dict[str, tuple[int, str]] = {}
         if not root.exists():
             return found
         for path in sorted(root.rglob("*")):
             if self.kind == "sqlite" and not path.name.startswith(self.location.name):
+                continue
+            if _is_claim_bookkeeping(path.relative_to(root)):
                 continue
             status = path.lstat()
             digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
@@ -247,7 +256,8 @@ class Store:
             return Store("jsonl", target)
         target.mkdir(parents=True)
         for path in self.location.parent.glob(self.location.name + "*"):
-            shutil.copy2(path, target / path.name)
+            if path.is_file():  # the holder notes' directory is not data
+                shutil.copy2(path, target / path.name)
         return Store("sqlite", target / self.location.name)
 
 

@@ -44,7 +44,7 @@ import sessionledger_jsonl._writing
 import sessionledger_jsonl.store
 import sessionledger_sqlite.store
 from sessionledger import Ledger, Session, SessionEvent, jsoncodec
-from sessionledger.errors import LedgerError, SessionLockedError
+from sessionledger.errors import LedgerError, ResourceLimitError, SessionLockedError
 from sessionledger.persistence import SessionPersistence
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger_jsonl import JsonlPersistence
@@ -181,6 +181,85 @@ async def test_a_full_disk_fails_the_flush_and_loses_nothing(kind: str, tiny_fs:
     if kind == "jsonl":
         for path in tiny_fs.glob("jsonl/*/*/session.jsonl"):
             record_lines(path)
+
+
+def assert_disk_full(error: BaseException) -> None:
+    """The specific, typed refusal of a full disk (SPEC §11.4, §11.5)."""
+    assert isinstance(error, ResourceLimitError), repr(error)
+    assert error.code == "RESOURCE_LIMIT"
+    assert error.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+async def test_a_full_disk_is_a_typed_error_at_create_append_repair_and_resume(
+    kind: str, tiny_fs: Path
+) -> None:
+    filler = Filler(tiny_fs)
+    async with Ledger(persistence=tiny_backend(kind, tiny_fs)) as ledger:
+        crashed = ledger.create("crashed")
+        add_turn(crashed, 1)
+        crashed.append("turn/start", {"turn": 2})  # left open: resuming it repairs it
+        await ledger.flush(crashed)
+    if kind == "jsonl":
+        # Closers could fit in the slack of the log's last block; a torn tail cannot be
+        # repaired without writing its quarantine file, which needs a new block.
+        (log,) = (tiny_fs / "jsonl").glob("*/*/session.jsonl")
+        with log.open("ab") as torn:
+            torn.write(b'{"type":"turn/end","seq":')
+    # Resume and repair in a new store, with nothing else holding the store open (SQLite:
+    # no -wal or -shm file left to reuse).
+    stored = await fingerprint_of(tiny_backend(kind, tiny_fs), "crashed")
+    filler.fill()
+    try:
+        async with Ledger(persistence=tiny_backend(kind, tiny_fs)) as fresh_ledger:
+            with pytest.raises(LedgerError) as at_resume:  # its repair writes closers
+                await fresh_ledger.resume("crashed")
+            assert_disk_full(at_resume.value)
+        backend = tiny_backend(kind, tiny_fs)
+        try:
+            with pytest.raises(LedgerError) as at_repair:  # the CLI's repair: a load
+                await backend.load("crashed")
+            assert_disk_full(at_repair.value)
+        finally:
+            await backend.close()
+        assert await fingerprint_of(tiny_backend(kind, tiny_fs), "crashed") == stored
+    finally:
+        filler.free()
+    # Create and append with the store open.
+    ledger = Ledger(persistence=tiny_backend(kind, tiny_fs), write_delay_ms=3_600_000)
+    live = ledger.create("live")
+    add_turn(live, 1)
+    await ledger.flush(live)
+    before = await fingerprint_of(ledger.persistence, "live")
+    filler.fill()
+    try:
+        fresh = ledger.create("fresh")  # create: its first write publishes it
+        add_turn(fresh, 1, blob=40_000)
+        with pytest.raises(LedgerError) as at_create:
+            await ledger.flush(fresh)
+        assert_disk_full(at_create.value)
+        add_turn(live, 2, blob=40_000)  # append
+        with pytest.raises(LedgerError) as at_append:
+            await ledger.flush(live)
+        assert_disk_full(at_append.value)
+        assert await fingerprint_of(ledger.persistence, "live") == before
+        assert ledger.persistence is not None
+        assert "fresh" not in [h.id for h in await ledger.persistence.list()]
+    finally:
+        filler.free()
+    resumed = await ledger.resume("crashed")
+    assert resumed.events[-1].type == "session/end-seed"
+    await ledger.flush(live)
+    await ledger.flush(fresh)
+    assert ledger.persistence is not None
+    await stored_exactly(ledger.persistence, live)
+    await stored_exactly(ledger.persistence, fresh)
+    await ledger.close()
+
+
+async def fingerprint_of(backend: SessionPersistence | None, session_id: str) -> list[bytes]:
+    assert backend is not None
+    return [wire(e) for e in await backend.read_from(session_id, 0)]
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "sqlite"])

@@ -582,6 +582,7 @@ def run_memory_case(loop: asyncio.AbstractEventLoop, index: int, data: bytes) ->
         if records and records[-1] == b"":
             records.pop()
         seed.replace_raw_records(base.header.id, records)
+        await seed.release(base.header.id)  # the probes' stores load it next
 
         def fingerprint() -> Any:
             stored = store.get(base.header.id)

@@ -319,6 +319,7 @@ async def test_a_retried_deep_batch_that_already_landed_counts_as_written() -> N
         },
     ]
     await first.append("twice", batch)
+    await first.release("twice")  # so that the second store may write it
     await second.append("twice", batch)  # the same batch: already stored, nothing to do
     assert len(await first.read_from("twice", 0)) == 2
 
@@ -477,8 +478,8 @@ def open_umask() -> Iterator[None]:
         os.umask(previous)
 
 
-def modes(top: Path) -> dict[str, int]:
-    return {str(p.relative_to(top)): stat.S_IMODE(p.lstat().st_mode) for p in top.rglob("*")}
+def modes(top: Path) -> dict[Path, int]:
+    return {p: stat.S_IMODE(p.lstat().st_mode) for p in top.rglob("*")}
 
 
 @pytest.mark.usefixtures("open_umask")
@@ -500,10 +501,9 @@ async def test_everything_the_stores_create_is_private_whatever_the_umask(tmp_pa
                 wal_modes = modes(db.parent)
         async with Ledger(persistence=type(store)(**_same_durable(store))) as ledger:
             await ledger.resume("private")  # a repair write (closers)
-    for name, mode in {**modes(tmp_path / "a" / "b"), **wal_modes}.items():
-        path = tmp_path / "a" / "b" / name
+    for path, mode in {**modes(tmp_path / "a" / "b"), **wal_modes}.items():
         expected = 0o700 if path.is_dir() else 0o600
-        assert mode == expected, (name, oct(mode))
+        assert mode == expected, (path, oct(mode))
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     for directory in (db.parent, db.parent.parent, jsonl_root.parent, jsonl_root.parent.parent):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
@@ -609,13 +609,29 @@ async def test_sqlite_connections_run_with_trusted_schema_off(
         seen.append(list(await connection.execute_fetchall("PRAGMA trusted_schema")))
         return connection
 
+    async def open_reader(*args: Any, **kwargs: Any) -> Any:
+        connection = await original_reader(*args, **kwargs)
+        if connection is not None:
+            seen.append(list(await connection.execute_fetchall("PRAGMA trusted_schema")))
+        return connection
+
+    original_reader = sessionledger_sqlite.store.schema.open_reader
     monkeypatch.setattr(sessionledger_sqlite.store.schema, "open_database", open_database)
+    monkeypatch.setattr(sessionledger_sqlite.store.schema, "open_reader", open_reader)
     store = SqlitePersistence(tmp_path / "l.db")
     try:
-        await store.list()
+        await store.create(SessionHeader(id="s", created_at=1))
+        await store.append(
+            "s", [{"type": "x/n", "seq": 0, "time": 1, "data": {}, "ignorable": True}]
+        )
     finally:
         await store.close()
-    assert seen == [[(0,)]]
+    reader = SqlitePersistence(tmp_path / "l.db")  # a new store reads read-only
+    try:
+        assert [header.id for header in await reader.list()] == ["s"]
+    finally:
+        await reader.close()
+    assert seen == [[(0,)], [(0,)]]  # the writing connection, then the reading one
 
 
 @pytest.mark.parametrize(

@@ -544,6 +544,7 @@ async def _recover(state: Path, expected: Expectation) -> str | None:
             return "bytes a repair cut are neither in the log nor in quarantine"
         if expected.salvage and not _kept_somewhere(root, expected.moved, with_moved):
             return "bytes salvage cut are neither in the log nor in quarantine"
+        await store.release(SESSION)  # another store loads it next
         again = await _load_fresh(root)
         if [wire(e) for e in again.events] != events or again.revision != loaded.revision:
             return "a second load changed the log"
@@ -551,6 +552,7 @@ async def _recover(state: Path, expected: Expectation) -> str | None:
         batch = closed_turn(session, _next_turn(again.events))
         marker = list(session.events[len(again.events) : len(session.events) - len(batch)])
         await store.append(SESSION, [*marker, *batch])
+        await store.release(SESSION)
         final = await _load_fresh(root)
         if len(final.events) != len(session.events):
             return "a new append did not read back"

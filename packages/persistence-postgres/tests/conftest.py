@@ -1,9 +1,4 @@
-"""PostgreSQL for the tests: ``$SESSIONLEDGER_PG_URL``, else one throwaway server per run.
-
-The server is started once per test session (``sessionledger_postgres.testing``, the
-same launcher the benchmark uses) and stopped at the end. When none can be started the
-tests are skipped with the reason, except under CI (``$CI`` set), where that is a
-failure: a green CI run must have exercised PostgreSQL.
+"""PostgreSQL for the tests; ``pg_url`` (the server) comes from the repository's conftest.
 
 Each test gets its own PostgreSQL schema (``pg_schema``), dropped afterwards, so tests
 never see each other's rows; the contract kit, which builds many stores, reuses one
@@ -24,38 +19,12 @@ import pytest
 from sessionledger.persistence import SessionPersistence
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
-from sessionledger_postgres.testing import (
-    PG_URL_ENV,
-    ServerUnavailable,
-    ThrowawayServer,
-    drop_schema,
-    with_options,
-)
+from sessionledger_postgres.testing import PG_URL_ENV, drop_schema, with_options
 
 
 def base_dsn(url: str) -> str:
     """Return the DSN asyncpg takes for *url* (sessionledger's options removed)."""
     return parse_postgres_url(url)[0]
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """The URL of a PostgreSQL database the tests may create schemas in."""
-    named = os.environ.get(PG_URL_ENV, "").strip()
-    if named:
-        yield named
-        return
-    server = ThrowawayServer()
-    try:
-        url = server.start()
-    except ServerUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
-        pytest.skip(f"no PostgreSQL server could be started: {error}")
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ parent treats as a failure.
 
     migrate URL                 open the store (creating its schema), print "ok"
     append URL ID COUNT         create session ID, append COUNT one-event batches, "ok COUNT"
-    race URL ID ROUNDS          load ID; per round: wait for "go", append one event at the
-                                cursor, print "won SEQ" or "lost CODE"; wait for "sync",
-                                reload, print "synced"
-    hammer URL ID COUNT NAME    load ID, print "ready", wait for "go"; append until COUNT
-                                events of ours landed, after each SeqMismatchError reload
-                                and retry; print "ok WINS LOSSES"
+    fleet URL NAME ROUNDS SESSIONS SEED
+                                one worker of a fleet: per round, resume a random one of
+                                SESSIONS sessions (``fleet-<n>``) through a Ledger, append
+                                one to three notes, flush, release. A refused resume is
+                                counted by its code. Prints one JSON line: the notes
+                                acknowledged (flush returned) and the refusals.
+                                With FLEET_BREAK_CLAIMS=1 the store's claims are switched
+                                off, for the harness's self-check.
 
 Plugins are passed explicitly and entry points are not loaded, so the child behaves the
 same whatever else is installed.
@@ -21,12 +23,14 @@ same whatever else is installed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import random
 import sys
 from typing import Any
 
 import sessionledger_postgres.plugin
-from sessionledger import LedgerError, SeqMismatchError, SessionHeader, SessionLockedError
+from sessionledger import Ledger, LedgerError, SessionHeader, SessionLockedError
 from sessionledger.ledger import open_store
 from sessionledger.persistence import SessionPersistence
 
@@ -69,48 +73,42 @@ async def append(url: str, session_id: str, count: int) -> None:
     say(f"ok {count}")
 
 
-async def race(url: str, session_id: str, rounds: int) -> None:
-    store = store_for(url)
-    try:
-        await store.load(session_id)
-        say("ready")
+async def fleet(url: str, name: str, rounds: int, sessions: int, seed: int) -> None:
+    if os.environ.get("FLEET_BREAK_CLAIMS") == "1":
+        break_claims()
+    chooser = random.Random(seed)
+    acknowledged: list[list[object]] = []
+    refused: dict[str, int] = {}
+    wait()
+    async with Ledger.open(
+        url, plugins=[sessionledger_postgres.plugin], load_entrypoints=False
+    ) as ledger:
         for number in range(rounds):
-            wait()
-            seq = await store.cursor(session_id)
-            assert seq is not None
+            session_id = f"fleet-{chooser.randrange(sessions)}"
             try:
-                await store.append(session_id, [note(seq, round=number, pid=os.getpid())])
-            except (SeqMismatchError, SessionLockedError) as error:
-                say(f"lost {error.code}")
-            else:
-                say(f"won {seq}")
-            wait()
-            await store.load(session_id)
-            say("synced")
-    finally:
-        await store.close()
+                session = await ledger.resume(session_id)
+            except SessionLockedError as error:
+                refused[error.code] = refused.get(error.code, 0) + 1
+                continue
+            notes = [[session_id, name, number, part] for part in range(chooser.randint(1, 3))]
+            for note_id in notes:
+                session.append("fleet/note", {"id": note_id}, ignorable=True)
+            await asyncio.sleep(chooser.random() * 0.004)  # the worker's "work"
+            await ledger.flush(session)
+            acknowledged.extend(notes)
+            await ledger.release(session)
+    say(json.dumps({"acknowledged": acknowledged, "refused": refused}))
 
 
-async def hammer(url: str, session_id: str, count: int, name: str) -> None:
-    store = store_for(url)
-    wins = losses = 0
-    try:
-        await store.load(session_id)
-        say("ready")
-        wait()
-        while wins < count:
-            seq = await store.cursor(session_id)
-            assert seq is not None
-            try:
-                await store.append(session_id, [note(seq, worker=name, n=wins)])
-            except SeqMismatchError:
-                losses += 1
-                await store.load(session_id)
-            else:
-                wins += 1
-    finally:
-        await store.close()
-    say(f"ok {wins} {losses}")
+def break_claims() -> None:
+    """Make every claim succeed without a lock: the bug the fleet test must catch."""
+    from sessionledger_postgres.store import PostgresLogStore
+
+    async def claimed(self: PostgresLogStore, session_id: str) -> None:
+        return None
+
+    PostgresLogStore.claim = claimed  # type: ignore[method-assign]
+    PostgresLogStore._hold = claimed  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> None:
@@ -120,10 +118,8 @@ def main(argv: list[str]) -> None:
             asyncio.run(migrate(url))
         elif mode == "append":
             asyncio.run(append(url, argv[3], int(argv[4])))
-        elif mode == "race":
-            asyncio.run(race(url, argv[3], int(argv[4])))
-        elif mode == "hammer":
-            asyncio.run(hammer(url, argv[3], int(argv[4]), argv[5]))
+        elif mode == "fleet":
+            asyncio.run(fleet(url, argv[3], int(argv[4]), int(argv[5]), int(argv[6])))
         else:
             raise SystemExit(f"unknown mode {mode!r}")
     except LedgerError as error:

@@ -69,18 +69,12 @@ class PostgresTamper:
         )
 
 
-@pytest.fixture(params=[False, True], ids=["shared", "exclusive"])
-def exclusive(request: pytest.FixtureRequest) -> bool:
-    """Run the kit with and without per-session advisory locks (``exclusive=true``)."""
-    return bool(request.param)
-
-
 class TestPostgresContract(PersistenceContract):
     @pytest.fixture
     def ledger_backend_factory(
-        self, contract_factory: Callable[..., SessionPersistence], exclusive: bool
+        self, contract_factory: Callable[..., SessionPersistence]
     ) -> Callable[..., SessionPersistence]:
-        return lambda **options: contract_factory(exclusive=exclusive, **options)
+        return contract_factory
 
     @pytest.fixture
     def ledger_backend_tamper(self, pg_url: str) -> PostgresTamper:

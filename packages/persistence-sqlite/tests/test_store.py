@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import stat
@@ -23,7 +25,6 @@ from sessionledger import (
     EventTypeRegistry,
     FormatUnsupportedError,
     Ledger,
-    SeqMismatchError,
     SessionEvent,
     SessionExistsError,
     SessionHeader,
@@ -32,7 +33,7 @@ from sessionledger import (
     jsoncodec,
 )
 from sessionledger.ledger import open_store
-from sessionledger.logstore import Repair
+from sessionledger.logstore import Batch, Repair
 from sessionledger.repair import TOOL_OUTCOME_UNKNOWN
 from sessionledger_sqlite import SqlitePersistence
 from sessionledger_sqlite.plugin import parse_sqlite_url
@@ -157,17 +158,20 @@ async def test_construction_and_unused_close_create_no_file(tmp_path: Path) -> N
     assert not path.parent.exists()
 
 
-async def test_first_use_creates_private_file_and_directory(tmp_path: Path) -> None:
+async def test_the_first_write_creates_private_files_and_directory(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "ledger.db"
     store = store_at(path)
     try:
-        assert await store.list() == []
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert await store.list() == []  # reading an absent store creates nothing
+        with pytest.raises(SessionNotFoundError):
+            await store.inspect("s1")
+        assert list(tmp_path.iterdir()) == []
         await store.create(header())
         await store.append("s1", turn(0, 1))
-        for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):
-            assert stat.S_IMODE(side.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(Path(f"{path}.owners").stat().st_mode) == 0o700
+        for made in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}.locks")):
+            assert stat.S_IMODE(made.stat().st_mode) == 0o600
     finally:
         await store.close()
 
@@ -176,7 +180,8 @@ async def test_pragmas_and_identity_of_a_new_database(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     store = store_at(path)
     try:
-        await store.list()
+        await store.create(header())
+        await store.append("s1", turn(0, 1))
         db = store.log_store.connection  # connection-level pragmas are only visible on it
         assert db is not None
         for pragma, expected in [
@@ -197,7 +202,8 @@ async def test_pragmas_and_identity_of_a_new_database(tmp_path: Path) -> None:
 async def test_synchronous_normal_and_busy_timeout_are_configurable(tmp_path: Path) -> None:
     store = store_at(tmp_path / "ledger.db", synchronous="NORMAL", busy_timeout=0.25)
     try:
-        await store.list()
+        await store.create(header())
+        await store.append("s1", turn(0, 1))
         db = store.log_store.connection
         assert db is not None
         assert list(await db.execute_fetchall("PRAGMA synchronous")) == [(1,)]
@@ -342,9 +348,10 @@ async def test_unusable_paths_raise_config_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("x")
     for path in (tmp_path / "a-directory", tmp_path / "a-file" / "ledger.db"):
         store = store_at(path)
-        with pytest.raises(ConfigError) as caught:
-            await store.list()
-        assert isinstance(caught.value.__cause__, (sqlite3.Error, OSError))
+        with pytest.raises(ConfigError):
+            await store.list()  # to read
+        with pytest.raises(ConfigError):
+            await store.log_store.write_batch(Batch(header(), turn(0, 1), 0, 3, creates=True))
         await store.close()
     for bad in ("", "nul\0byte.db"):
         with pytest.raises(ConfigError):
@@ -659,20 +666,20 @@ async def test_repair_computed_from_a_stale_read_deletes_nothing(tmp_path: Path)
 
 
 async def test_stale_writer_is_rejected_and_winner_rows_untouched(tmp_path: Path) -> None:
+    # Ownership keeps a second writer out (SPEC §11.4); the last line of defence is the
+    # write itself, which stores nothing unless the batch continues the log.
     path = tmp_path / "ledger.db"
     one, two = store_at(path), store_at(path)
     try:
         await one.create(header())
-        await one.append("s1", deltas(0, 1))
-        await two.load("s1")
-        await two.append("s1", deltas(1, 1))
+        await one.append("s1", deltas(0, 2))
+        with pytest.raises(SessionLockedError):
+            await two.load("s1")
         winner = rows(path, "SELECT rowid, * FROM events ORDER BY seq")
         stale = deltas(1, 1)
         stale[0]["data"]["chunk"]["text"] = "stale"  # the same batch would count as landed
-        with pytest.raises(SeqMismatchError) as caught:
-            await one.append("s1", stale)
-        assert caught.value.session_id == "s1"
-        assert "continues at seq 2" in str(caught.value)
+        late = Batch(header(), stale, first_seq=1, end_seq=2)
+        assert await one.log_store.write_batch(late) is False
         assert rows(path, "SELECT rowid, * FROM events ORDER BY seq") == winner
         with pytest.raises(SessionExistsError):
             await two.create(header())
@@ -690,6 +697,9 @@ async def test_materializing_an_id_another_store_wrote_raises_exists(tmp_path: P
         await two.append("s1", turn(0, 1))
         late = turn(0, 1)
         late[0]["time"] = 99  # an identical batch would count as already stored
+        with pytest.raises(SessionLockedError):  # two holds what it wrote
+            await one.append("s1", late)
+        await two.release("s1")
         with pytest.raises(SessionExistsError):
             await one.append("s1", late)
         assert rows(path, "SELECT time FROM events ORDER BY seq") == [(0,), (0,), (0,)]
@@ -781,7 +791,8 @@ async def test_a_process_that_never_closes_its_store_still_exits(tmp_path: Path)
 
 async def test_a_dropped_store_stops_its_connection_with_a_warning(tmp_path: Path) -> None:
     store = store_at(tmp_path / "ledger.db")
-    await store.list()
+    await store.create(header())
+    await store.append("s1", turn(0, 1))
     with pytest.warns(ResourceWarning, match="without close"):
         del store  # the last reference: the finalizer runs now
 
@@ -840,3 +851,76 @@ async def test_killed_child_after_flushed_tool_call_resumes_to_outcome_unknown(
         assert len(resumed.events) == length  # a second resume adds nothing
         await again.flush(resumed)
         assert (await store.inspect("crashy")).revision == before
+
+
+# -- durable directory entries (strace) -----------------------------------------------------
+
+FIRST_WRITE = """
+import asyncio, sys
+from sessionledger import SessionHeader
+from sessionledger_sqlite import SqlitePersistence
+
+async def main():
+    store = SqlitePersistence(sys.argv[1])
+    await store.create(SessionHeader(id="s", created_at=1))
+    await store.append("s", [{"type": "x/n", "seq": 0, "time": 1, "data": {}, "ignorable": True}])
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_new_database_and_its_new_parents_are_durable_before_the_first_commit(
+    tmp_path: Path,
+) -> None:
+    # SPEC §11.5: every directory entry an acknowledged write depends on is fsynced first.
+    # Watched from outside with strace(1): each new directory's entry (fsync of its
+    # parent), then the new file's (fsync of its directory), before SQLite syncs a byte.
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace(1) to watch the system calls (.ci/run installs it)")
+    database = tmp_path / "a" / "b" / "c" / "ledger.db"
+    trace = tmp_path / "trace.txt"
+    done = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-y",
+            "-o",
+            str(trace),
+            "-e",
+            "trace=mkdir,mkdirat,openat,fsync,fdatasync",
+            sys.executable,
+            "-c",
+            FIRST_WRITE,
+            str(database),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0 and "ptrace" in done.stderr.lower():
+        pytest.skip(f"strace may not trace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr
+    calls: list[tuple[str, str]] = []
+    for line in trace.read_text().splitlines():
+        if match := re.search(r'\bmkdir(?:at)?\((?:[^,]*, )?"([^"]+)"', line):
+            if line.rstrip().endswith("= 0"):
+                calls.append(("mkdir", match.group(1)))
+        elif match := re.search(r"\b(?:fsync|fdatasync)\(\d+<([^>]+)>\)", line):
+            calls.append(("sync", match.group(1)))
+        elif "O_EXCL" in line and (match := re.search(r'openat\([^,]+, "([^"]+)"', line)):
+            calls.append(("create", match.group(1)))
+    first_data_sync = next(
+        index
+        for index, (kind, path) in enumerate(calls)
+        if kind == "sync" and path.startswith(str(database))
+    )
+    made = [path for kind, path in calls[:first_data_sync] if kind == "mkdir"]
+    assert made[:3] == [str(tmp_path / "a"), str(tmp_path / "a" / "b"), str(database.parent)]
+    for directory in made[:3]:
+        at = calls.index(("mkdir", directory))
+        assert ("sync", os.path.dirname(directory)) in calls[at:first_data_sync], directory
+    created = calls.index(("create", str(database)))
+    assert ("sync", str(database.parent)) in calls[created:first_data_sync]

@@ -334,7 +334,7 @@ class Ledger:
 
     async def release(self, session: Session) -> None:
         """Flush *session*, then stop keeping it live here: the ledger, its plugins and
-        the store drop what they hold for it (the JSONL writer's lock, for one), and the
+        the store drop what they hold for it (its claim as the one writer, for one), and the
         object is detached — later appends to it are neither checked nor stored. A
         long-running process calls this when a conversation goes idle; ``resume(id)``
         brings it back. A failed flush raises and leaves the session live."""

@@ -137,8 +137,8 @@ class RepairReceipt:
 class LogStore(ABC):
     """Storage primitives for session logs; ``SessionPersistence`` owns every policy.
 
-    Implement the six abstract methods (and ``release``, ``close``, ``locate`` where the
-    medium needs them). Calls for one session id never overlap: the policy serializes
+    Implement the seven abstract methods (and ``release``, ``close``, ``locate`` where
+    the medium needs them). Calls for one session id never overlap: the policy serializes
     them. A store shared between processes must still check, inside each write, that
     the write applies to the state the caller expects (``write_batch``'s ``first_seq``,
     ``commit_repair``'s ``revision``) and refuse it otherwise; the policy words the error.
@@ -202,8 +202,18 @@ class LogStore(ABC):
     async def delete_log(self, session_id: str) -> bool:
         """Remove everything stored for *session_id*; return whether anything was."""
 
+    @abstractmethod
+    async def claim(self, session_id: str) -> None:
+        """Make this store *session_id*'s one writer (SPEC §11.4), or raise
+        ``SessionLockedError`` naming the holder where the medium knows it.
+
+        The claim holds until ``release``, ``delete_log`` or ``close``, and ends by itself
+        when the process dies (a kernel-released lock, a connection's advisory lock). It
+        is needed to write, never to read; claiming a session already held is a no-op.
+        """
+
     async def release(self, session_id: str) -> None:
-        """Let go of what the store holds for one session (a writer's lock, caches)."""
+        """Let go of what the store holds for one session: its claim, caches."""
         return None
 
     async def close(self) -> None:

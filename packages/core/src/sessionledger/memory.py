@@ -12,11 +12,13 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import os
+import weakref
 from collections.abc import Mapping
 from typing import Any, final
 
 from sessionledger import jsoncodec
-from sessionledger.errors import CorruptLogError
+from sessionledger.errors import CorruptLogError, SessionLockedError
 from sessionledger.hookspecs import BackendFactory, hookimpl
 from sessionledger.logstore import (
     UNPARSABLE,
@@ -71,6 +73,33 @@ class MemoryLogStore(LogStore):
 
     def __init__(self, storage: MemoryStore | None = None) -> None:
         self.storage: MemoryStore = storage if storage is not None else {}
+        self._claimed: set[str] = set()
+
+    async def claim(self, session_id: str) -> None:
+        holders = _holders(self.storage)
+        held = holders.get(session_id)
+        holder = None if held is None else held()
+        if holder is not None and holder is not self:
+            raise SessionLockedError(
+                f"another memory store object of this process (pid {os.getpid()}) holds the "
+                "session; release it there first",
+                session_id=session_id,
+            )
+        holders[session_id] = weakref.ref(self)
+        self._claimed.add(session_id)
+
+    async def release(self, session_id: str) -> None:
+        self._claimed.discard(session_id)
+        holders = _holders(self.storage)
+        held = holders.get(session_id)
+        if held is not None and held() in (self, None):
+            del holders[session_id]
+        if not holders:
+            _claims.pop(id(self.storage), None)
+
+    async def close(self) -> None:
+        for session_id in list(self._claimed):
+            await self.release(session_id)
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         stored = self.storage.get(session_id)
@@ -177,6 +206,19 @@ class MemoryLogStore(LogStore):
     def quarantined(self, session_id: str) -> list[bytes]:
         """Return the records repairs of *session_id* moved aside (a copy)."""
         return list(self.storage[session_id].quarantined)
+
+
+#: Who holds each claimed session of a storage dict: storage id -> (the storage, so its id
+#: stays its own; session id -> the claiming store, weakly: a store that is gone, like a
+#: dead process, holds nothing).
+_claims: dict[int, tuple[MemoryStore, dict[str, weakref.ref[MemoryLogStore]]]] = {}
+
+
+def _holders(storage: MemoryStore) -> dict[str, weakref.ref[MemoryLogStore]]:
+    entry = _claims.get(id(storage))
+    if entry is None or entry[0] is not storage:
+        entry = _claims[id(storage)] = (storage, {})
+    return entry[1]
 
 
 def _revision(stored: _Stored) -> str:

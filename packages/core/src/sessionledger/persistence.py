@@ -16,10 +16,9 @@ import contextlib
 import dataclasses
 import gc
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, final
 
-from sessionledger import jsoncodec
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
 from sessionledger.chunks import pack_chunk_runs
@@ -36,14 +35,14 @@ from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
-    LedgerError,
     SeedError,
     SeqMismatchError,
     SessionExistsError,
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
+from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt
+from sessionledger.refusals import held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.session import Clock, Session, SessionHooks
@@ -127,6 +126,7 @@ class SessionPersistence:
         self._created: dict[str, SessionHeader] = {}  # registered, nothing stored yet
         self._cursors: dict[str, int] = {}  # the seq the next batch must start with
         self._headers: dict[str, SessionHeader] = {}  # stored headers, by id
+        self._owned: set[str] = set()  # sessions this instance holds as their one writer
         self._closed = False
 
     @property
@@ -149,6 +149,22 @@ class SessionPersistence:
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the store has one."""
         return self._store.locate(header)
+
+    @contextlib.asynccontextmanager
+    async def _owning(self, session_id: str) -> AsyncIterator[None]:
+        """Hold *session_id* as its one writer for the body and after it (SPEC §11.4); a
+        claim made here is let go again when the body fails."""
+        fresh = session_id not in self._owned
+        if fresh:
+            await self._store.claim(session_id)
+            self._owned.add(session_id)
+        try:
+            yield
+        except BaseException:
+            if fresh:
+                self._owned.discard(session_id)
+                await self._store.release(session_id)
+            raise
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         lock = self._locks.get(session_id)
@@ -200,7 +216,11 @@ class SessionPersistence:
                         session_id=session_id,
                         seq=event.seq,
                     )
-            await self._write(header, batch, first=first, creates=creates)
+            if creates:
+                async with self._owning(session_id):
+                    await self._write(header, batch, first=first, creates=True)
+            else:
+                await self._write(header, batch, first=first, creates=False)
             if creates:
                 del self._created[session_id]
                 self._headers[session_id] = header
@@ -216,14 +236,14 @@ class SessionPersistence:
         # write-behind retries it with newer events behind it: what storage already
         # holds of this batch is written; only the rest is not.
         raw = await self._store.read_log(header.id, first)
-        scan = _readable(header.id, raw, first)
-        landed = _held_prefix(scan, header, events, creates=creates)
+        scan = readable_scan(header.id, raw, first)
+        landed = held_prefix(scan, header, events, creates=creates)
         if landed == len(events):
             return
         if landed:
             await self._write(header, events[landed:], first=first + landed, creates=False)
             return
-        raise _refusal(header.id, first, creates=creates, raw=raw, scan=scan)
+        raise refusal(header.id, first, creates=creates, raw=raw, scan=scan)
 
     def _batch(
         self, header: SessionHeader, events: list[SessionEvent], first: int, creates: bool
@@ -304,46 +324,54 @@ class SessionPersistence:
         *dry_run* nothing is written: the report says what would be moved (no quarantine,
         no closers counted)."""
         async with self._lock(session_id):
-            raw = await self._store.read_log(session_id)
-            if raw is None:
+            if await self._store.read_revision(session_id) is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
-            point = salvage_point(session_id, raw)
-            receipt = RepairReceipt()
-            if point is None:
-                kept = len(scan_log(session_id, raw, contiguous_from=0).events)
-            else:
-                kept = point.kept_events
-            if point is not None and not dry_run:
-                header = stored_header(raw.header, session_id, raw.location)
-                moved = await self._store.commit_repair(
-                    Repair(header, raw.revision, cut_at=point.cut_at)
-                )
-                if moved is None:
-                    raise _changed_meanwhile(session_id, point.kept_events)
-                receipt = moved
-                logger.warning(
-                    "session %r: salvage moved %d records (%d bytes) after seq %d to %s",
-                    session_id,
-                    point.moved_records,
-                    receipt.moved_bytes,
-                    point.kept_events - 1,
-                    receipt.quarantine,
-                )
-            closers = 0
-            if not dry_run:
-                self._cursors.pop(session_id, None)
-                stored, _ = await self._load_locked(session_id, commit=True)
-                closers = len(stored.events) - kept
-            return SalvageReport(
-                session_id=session_id,
-                kept_events=kept,
-                moved_batches=0 if point is None else point.moved_batches,
-                moved_records=0 if point is None else point.moved_records,
-                moved_seqs=None if point is None else point.moved_seqs,
-                moved_bytes=receipt.moved_bytes,
-                quarantine=receipt.quarantine,
-                closers=closers,
+            if dry_run:
+                return await self._salvage(session_id, dry_run=True)
+            async with self._owning(session_id):
+                return await self._salvage(session_id, dry_run=False)
+
+    async def _salvage(self, session_id: str, *, dry_run: bool) -> SalvageReport:
+        raw = await self._store.read_log(session_id)
+        if raw is None:
+            raise SessionNotFoundError("session not found", session_id=session_id)
+        point = salvage_point(session_id, raw)
+        receipt = RepairReceipt()
+        if point is None:
+            kept = len(scan_log(session_id, raw, contiguous_from=0).events)
+        else:
+            kept = point.kept_events
+        if point is not None and not dry_run:
+            header = stored_header(raw.header, session_id, raw.location)
+            moved = await self._store.commit_repair(
+                Repair(header, raw.revision, cut_at=point.cut_at)
             )
+            if moved is None:
+                raise _changed_meanwhile(session_id, point.kept_events)
+            receipt = moved
+            logger.warning(
+                "session %r: salvage moved %d records (%d bytes) after seq %d to %s",
+                session_id,
+                point.moved_records,
+                receipt.moved_bytes,
+                point.kept_events - 1,
+                receipt.quarantine,
+            )
+        closers = 0
+        if not dry_run:
+            self._cursors.pop(session_id, None)
+            stored, _ = await self._load_locked(session_id, commit=True)
+            closers = len(stored.events) - kept
+        return SalvageReport(
+            session_id=session_id,
+            kept_events=kept,
+            moved_batches=0 if point is None else point.moved_batches,
+            moved_records=0 if point is None else point.moved_records,
+            moved_seqs=None if point is None else point.moved_seqs,
+            moved_bytes=receipt.moved_bytes,
+            quarantine=receipt.quarantine,
+            closers=closers,
+        )
 
     async def revision(self, session_id: str) -> str | None:
         """Return the current revision of *session_id*, or None when nothing is stored."""
@@ -360,22 +388,32 @@ class SessionPersistence:
     # -- letting go ---------------------------------------------------------------------
 
     async def delete(self, session_id: str) -> None:
-        """Remove a session; an unknown id raises ``SessionNotFoundError``."""
+        """Remove a session; an unknown id raises ``SessionNotFoundError``, and a session
+        another writer holds ``SessionLockedError``."""
         async with self._lock(session_id):
+            if await self._store.read_revision(session_id) is not None:
+                await self._claim(session_id)
             registered = self._created.pop(session_id, None) is not None
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
-            if not await self._store.delete_log(session_id) and not registered:
+            try:
+                deleted = await self._store.delete_log(session_id)
+            finally:
+                self._owned.discard(session_id)
+                await self._store.release(session_id)
+            if not deleted and not registered:
                 raise SessionNotFoundError("session not found", session_id=session_id)
 
     async def release(self, session_id: str) -> None:
-        """Forget *session_id* in this instance: its cursor, and whatever the store holds
-        for it (the JSONL writer lock, for one). A long-running process calls this when it
-        is done with a session; the next use reads storage again, as a new instance would.
-        Nothing stored changes."""
+        """Forget *session_id* in this instance: its cursor, its claim as the session's
+        one writer, and whatever else the store holds for it. A long-running process calls
+        this when it is done with a session; another instance may then take it, and the
+        next use here reads storage again, as a new instance would. Nothing stored
+        changes."""
         async with self._lock(session_id):
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
+            self._owned.discard(session_id)
             await self._store.release(session_id)
 
     async def close(self) -> None:
@@ -387,6 +425,12 @@ class SessionPersistence:
 
     # -- the cold load ------------------------------------------------------------------
 
+    async def _claim(self, session_id: str) -> None:
+        """Become *session_id*'s one writer until release, delete or close (SPEC §11.4)."""
+        if session_id not in self._owned:
+            await self._store.claim(session_id)
+            self._owned.add(session_id)
+
     async def _load_locked(
         self,
         session_id: str,
@@ -395,6 +439,24 @@ class SessionPersistence:
         hooks: SessionHooks | None = None,
         clock: Clock | None = None,
     ) -> tuple[StoredSession, Session]:
+        read = await self._read_validated(session_id, hooks, clock)
+        if not commit:
+            return read.stored(read.scan.revision), read.session
+        if session_id in self._owned:
+            return await self._go_live(read)
+        # Going live: read and validated first, so a log that cannot go live (absent,
+        # damaged, of unknown types) is refused having claimed and created nothing. Once
+        # owned, read again only if another writer changed the log meanwhile.
+        async with self._owning(session_id):
+            if await self._store.read_revision(session_id) != read.scan.revision:
+                read = await self._read_validated(session_id, hooks, clock)
+            return await self._go_live(read)
+
+    async def _read_validated(
+        self, session_id: str, hooks: SessionHooks | None, clock: Clock | None
+    ) -> _Validated:
+        """Read a stored log and validate it whole, closers of an interrupted turn
+        included; write nothing."""
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
@@ -415,15 +477,19 @@ class SessionPersistence:
                     path=scan.location,
                     seq=error.index,
                 ) from error
+        return _Validated(scan, closers, session)
+
+    async def _go_live(self, read: _Validated) -> tuple[StoredSession, Session]:
+        """Commit a validated log's repair (this instance owns it) and take up its cursor."""
+        scan, closers = read.scan, read.closers
+        session_id = scan.header.id
         revision = scan.revision
-        if commit and (scan.torn_at is not None or closers):
+        if scan.torn_at is not None or closers:
             await self._repair(scan, closers)
             revision = await self._store.read_revision(session_id) or revision
-        if commit:
-            self._headers[session_id] = scan.header
-            self._cursors[session_id] = len(events) + len(closers)
-        stored = StoredSession(scan.header, (*events, *closers), revision, scan.torn_batches)
-        return stored, session
+        self._headers[session_id] = scan.header
+        self._cursors[session_id] = len(scan.events) + len(closers)
+        return read.stored(revision), read.session
 
     async def _repair(self, scan: ScannedLog, closers: builtins.list[SessionEvent]) -> None:
         """Commit a cold load's repair: cut the torn tail, append the closers (SPEC §8)."""
@@ -451,86 +517,25 @@ class SessionPersistence:
         failpoint("core.repair.after-closers")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Validated:
+    """A stored log as read and validated: what going live needs, and what it shows."""
+
+    scan: ScannedLog
+    closers: builtins.list[SessionEvent]
+    session: Session
+
+    def stored(self, revision: str) -> StoredSession:
+        events = (*self.scan.events, *self.closers)
+        return StoredSession(self.scan.header, events, revision, self.scan.torn_batches)
+
+
 def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:
     return SeqMismatchError(
         "the stored log changed since it was read; not repairing it (load the session again)",
         session_id=session_id,
         seq=seq,
     )
-
-
-def _readable(session_id: str, raw: RawLog | None, first: int) -> ScannedLog | None:
-    """Scan what a refused write found, or None when nothing (readable) is stored."""
-    if raw is None:
-        return None
-    try:
-        return scan_log(session_id, raw, contiguous_from=0 if first == 0 else None)
-    except LedgerError:
-        return None
-
-
-def _held_prefix(
-    scan: ScannedLog | None,
-    header: SessionHeader,
-    events: Sequence[SessionEvent],
-    *,
-    creates: bool,
-) -> int:
-    """Count the events of a batch that storage already holds at their seqs as its tail
-    (a prefix of the batch, nothing after it), so a retried write can skip them; 0 when
-    the stored log continues otherwise (then the refusal is real)."""
-    if scan is None:
-        return 0
-    if creates and _bytes(scan.header.to_json()) != _bytes(header.to_json()):
-        return 0  # another writer's log under this id
-    start = events[0].seq
-    stored = [event for event in scan.events if event.seq >= start]
-    if len(stored) > len(events):
-        return 0
-    # Compared as stored bytes: data may be nested deeper than == can recurse.
-    for held, event in zip(stored, events, strict=False):
-        if _bytes(held.to_json()) != _bytes(event.to_json()):
-            return 0
-    return len(stored)
-
-
-def _refusal(
-    session_id: str, first: int, *, creates: bool, raw: RawLog | None, scan: ScannedLog | None
-) -> LedgerError:
-    """Say why a store refused a batch starting at *first*, from what it holds now."""
-    if creates and raw is not None:
-        return SessionExistsError(
-            "session already has a stored log (another writer created it first)",
-            session_id=session_id,
-        )
-    if raw is None:
-        return SessionNotFoundError(
-            "session is no longer stored (deleted by another writer?)", session_id=session_id
-        )
-    if scan is None:
-        return SeqMismatchError(
-            f"batch starts at seq {first} but the stored log no longer reads as this "
-            "instance left it; load the session again",
-            session_id=session_id,
-            seq=first,
-        )
-    if scan.torn_at is not None and scan.end_seq <= first:
-        return SeqMismatchError(
-            "the stored log ends with a partial record written after this instance read it; "
-            "load the session again to repair it",
-            session_id=session_id,
-            seq=first,
-        )
-    return SeqMismatchError(
-        f"batch starts at seq {first} but the stored log continues at seq {scan.end_seq} "
-        "(another writer appended first)",
-        session_id=session_id,
-        seq=first,
-    )
-
-
-def _bytes(value: Any) -> bytes:
-    return jsoncodec.dumps(value)
 
 
 @contextlib.contextmanager

@@ -134,6 +134,9 @@ class SessionDirectories:
             entries = system.entries(root)
         finally:
             system.close(root)
+        # The store's own entries (the lock file, holder notes) start with a dot; project
+        # keys never do.
+        entries = [(name, kind) for name, kind in entries if not name.startswith(".")]
         for name, kind in entries:
             if kind == "link":
                 path = os.path.join(self.root, name)

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import hashlib
 import logging
 import os
 import stat
-import struct
 from typing import Final
 
 from sessionledger._failpoints import failpoint, failpoint_armed
@@ -31,7 +28,6 @@ __all__ = [
     "FILE_MODE",
     "FileSystem",
     "HardLinkUnsupportedError",
-    "SessionLocks",
     "translate_os_error",
 ]
 
@@ -43,8 +39,6 @@ _HEAD_CHUNK: Final = 8192
 _TAIL_CHUNK: Final = 64 * 1024
 _NO_HARD_LINKS: Final = frozenset((errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP))
 _EXHAUSTED: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
-#: The store-wide lock file (one descriptor per store holds every session's lock).
-LOCKS_NAME: Final = ".locks"
 
 
 class HardLinkUnsupportedError(OSError):
@@ -214,22 +208,6 @@ class FileSystem:
     def read_at(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
-    def lock_range(self, fd: int, offset: int) -> bool:
-        """Take an exclusive open-file-description lock on one byte; False if held."""
-        request = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
-        try:
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
-        except OSError as error:
-            if error.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
-        return True
-
-    def unlock_range(self, fd: int, offset: int) -> None:
-        """Release a lock taken by ``lock_range``."""
-        request = struct.pack("hhqqi", fcntl.F_UNLCK, os.SEEK_SET, offset, 1, 0)
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
-
     def _refined(self, error: OSError, name: str, dir_fd: int) -> OSError:
         """Name the path in an error, and say so when a symbolic link was refused."""
         if error.errno in (errno.ELOOP, errno.ENOTDIR) and self.kind(name, dir_fd) == "link":
@@ -358,61 +336,3 @@ def _kind_of(entry: os.DirEntry[str]) -> str:
     if entry.is_dir(follow_symlinks=False):
         return "dir"
     return "file" if entry.is_file(follow_symlinks=False) else "other"
-
-
-def lock_offset(session_id: str) -> int:
-    """The byte of the store's lock file that stands for *session_id*'s writer lock."""
-    digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 2  # a positive off_t
-
-
-class SessionLocks:
-    """Writer locks of one store: one byte each in the root's lock file, all held on one
-    descriptor (SPEC §11.4: many live sessions must not need a descriptor each).
-
-    They are open-file-description locks: another store object, in this process or
-    another, conflicts with them, and the kernel drops them when the process dies.
-    """
-
-    def __init__(self, system: FileSystem, root: str) -> None:
-        self._system = system
-        self._root = root
-        self._fd: int | None = None
-        self._held: set[str] = set()
-
-    def acquire(self, session_id: str) -> bool:
-        """Take *session_id*'s lock (at once, or False when another writer holds it)."""
-        if session_id in self._held:
-            return True
-        fd = self._descriptor()
-        if not self._system.lock_range(fd, lock_offset(session_id)):
-            return False
-        self._held.add(session_id)
-        return True
-
-    def holds(self, session_id: str) -> bool:
-        return session_id in self._held
-
-    def release(self, session_id: str) -> None:
-        """Let go of *session_id*'s lock, if held; the descriptor closes with the last."""
-        if session_id not in self._held:
-            return
-        self._held.discard(session_id)
-        if self._fd is not None:
-            self._system.unlock_range(self._fd, lock_offset(session_id))
-            if not self._held:
-                self._system.close(self._fd)
-                self._fd = None
-
-    def release_all(self) -> None:
-        for session_id in list(self._held):
-            self.release(session_id)
-
-    def _descriptor(self) -> int:
-        if self._fd is None:
-            root = self._system.open_root(self._root)
-            try:
-                self._fd = self._system.create(LOCKS_NAME, root, exclusive=False)
-            finally:
-                self._system.close(root)
-        return self._fd

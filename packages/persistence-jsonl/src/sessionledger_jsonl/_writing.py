@@ -7,7 +7,7 @@ by its commit record, cut back to the previous size when either fails, so a retr
 duplicates a seq. Bytes a repair cuts are first copied into a quarantine file beside the
 log and made durable. A publish that is retried after an error makes the directory
 entries durable again before the batch counts as landed. The store's writer locks are
-``SessionLocks`` (one descriptor per store); readers never lock. Everything here is
+``sessionledger.claims.Claims`` (one descriptor per store); readers never lock. Everything here is
 blocking; the store runs it in worker threads.
 """
 
@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sessionledger._failpoints import failpoint
+from sessionledger.claims import Claims
 from sessionledger.errors import ConfigError, SessionLockedError, SessionNotFoundError
 from sessionledger.logstore import Batch, Repair, RepairReceipt
 from sessionledger_jsonl._directories import Place, SessionDirectories
-from sessionledger_jsonl._files import FileSystem, HardLinkUnsupportedError, SessionLocks
+from sessionledger_jsonl._files import FileSystem, HardLinkUnsupportedError
 from sessionledger_jsonl._format import (
     LOG_NAME,
     committed_end,
@@ -36,6 +38,10 @@ from sessionledger_jsonl._format import (
 __all__ = ["Writers"]
 
 _TEMP_SUFFIX = ".tmp"
+#: The store's lock file and its holder notes, in the root (project keys never start
+#: with a dot, so neither is taken for a project directory).
+LOCKS_NAME = ".locks"
+OWNERS_NAME = ".owners"
 
 
 @dataclass(slots=True)
@@ -62,7 +68,12 @@ class Writers:
         self._directories = directories
         self._system: FileSystem = directories.system
         self._fsync = fsync
-        self._locks = SessionLocks(self._system, directories.root)
+        root = directories.root
+        self._claims = Claims(
+            os.path.join(root, LOCKS_NAME),
+            os.path.join(root, OWNERS_NAME),
+            prepare=functools.partial(self._system.make_root, root, fsync=fsync),
+        )
         self._held: dict[str, _Writer] = {}
         self._root_durable = False  # the root's entry (and its parents') fsynced once
 
@@ -98,10 +109,10 @@ class Writers:
             try:
                 self._publish(directory, content)
             except FileExistsError:
-                self._locks.release(session_id)
+                self._claims.release(session_id)
                 return False
             except HardLinkUnsupportedError as error:
-                self._locks.release(session_id)
+                self._claims.release(session_id)
                 raise ConfigError(
                     f"the file system under {self._directories.path(place, '')!r} cannot "
                     "make hard links, which the jsonl store needs to publish a log without "
@@ -109,7 +120,7 @@ class Writers:
                     session_id=session_id,
                 ) from error
             except BaseException:
-                self._locks.release(session_id)
+                self._claims.release(session_id)
                 raise
         finally:
             system.close(directory)
@@ -171,15 +182,19 @@ class Writers:
             self._directories.forget(session_id)
         return True
 
+    def claim(self, session_id: str) -> None:
+        """Become the session's one writer (SPEC §11.4), or raise ``SessionLockedError``."""
+        self._claims.claim(session_id)
+
     def release(self, session_id: str) -> None:
         """Let go of the session's writer lock, if this store holds it."""
         self._held.pop(session_id, None)
-        self._locks.release(session_id)
+        self._claims.release(session_id)
 
     def release_all(self) -> None:
         """Let go of every writer lock this store holds."""
         self._held.clear()
-        self._locks.release_all()
+        self._claims.release_all()
 
     # -- publishing -------------------------------------------------------------------------
 
@@ -377,22 +392,22 @@ class Writers:
             with self._log(_Writer(place, 0)) as (_, fd):
                 size = self._system.size(fd)
         except FileNotFoundError as error:
-            self._locks.release(session_id)
+            self._claims.release(session_id)
             raise SessionNotFoundError(
                 "the session was deleted meanwhile", session_id=session_id
             ) from error
         except BaseException:
-            self._locks.release(session_id)
+            self._claims.release(session_id)
             raise
         writer = self._held[session_id] = _Writer(place, size)
         return writer
 
     def _lock(self, session_id: str, place: Place) -> None:
-        """Take the session's writer lock without waiting, or raise ``SessionLockedError``."""
-        if not self._locks.acquire(session_id):
-            raise SessionLockedError(
-                f"another writer holds {self._directories.path(place)!r} (a live session in "
-                "another process or store object); close it there first",
-                session_id=session_id,
-            )
+        """Take the session's writer lock without waiting, or raise ``SessionLockedError``
+        (naming the holder, and where the session lives)."""
+        try:
+            self._claims.claim(session_id)
+        except SessionLockedError as error:
+            error.add_note(f"the session's log: {self._directories.path(place)}")
+            raise
         failpoint("jsonl.lock.after-acquire")

@@ -120,6 +120,9 @@ class JsonlLogStore(LogStore):
     async def delete_log(self, session_id: str) -> bool:
         return await self._run(session_id, self._writers.delete, session_id)
 
+    async def claim(self, session_id: str) -> None:
+        await self._run(session_id, self._writers.claim, session_id)
+
     async def release(self, session_id: str) -> None:
         # The policy holds the session's operation lock, so no worker thread uses the
         # descriptor while it is closed here.

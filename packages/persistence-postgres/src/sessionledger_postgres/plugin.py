@@ -8,7 +8,7 @@ query parameters that belong to sessionledger and are removed before asyncpg see
 
 - ``schema`` — the PostgreSQL schema holding the tables (default ``sessionledger``);
 - ``pool_min_size`` / ``pool_max_size`` — connections kept open / at most (1 / 8);
-- ``exclusive`` — ``true`` takes a per-session advisory lock on first write (``false``);
+- ``exclusive`` — accepted as ``true`` only: every session has one writer, always;
 - ``connect_timeout`` / ``command_timeout`` — seconds (10 / none).
 
 Every other parameter goes to asyncpg unchanged (``host``, ``port``, ``sslmode``,

@@ -10,9 +10,13 @@ many machines may share one store:
   re-check after the lock wait makes a stale writer insert nothing, so its batch is
   refused and the winner's rows are untouched. The primary key
   ``(session_id, seq)`` is the second guard;
-- ``exclusive=True`` adds a per-session advisory lock, held on a dedicated connection
-  from the first write until ``close()``/``delete()``: a second writer fails fast with
-  ``SessionLockedError`` instead of losing the race one batch at a time.
+- ownership (SPEC §11.4): the one writer of a session holds a session-level advisory lock
+  on a dedicated connection of its store, from the claim (resume, load, first write)
+  until ``release``/``delete``/``close``. Any other store object, here or on another
+  machine, gets ``SessionLockedError`` naming the holder (the lock connection's
+  ``application_name`` carries host and pid). The server drops the lock with the
+  connection, so a dead holder's claim ends by itself, when its process dies or, on a
+  lost machine, when the server notices the connection is gone (TCP keepalives).
 
 Connections come from an asyncpg pool, created (and the schema checked or created) on
 first use; ``close()`` releases it.
@@ -24,6 +28,8 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, final
@@ -60,6 +66,19 @@ _UNNEST: Final = (
 )
 _GRACEFUL_CLOSE_S: Final = 10.0
 _SYNCHRONOUS_COMMIT: Final = "SELECT current_setting('synchronous_commit')"
+_TRY_LOCK: Final = "SELECT pg_try_advisory_lock($1::bigint)"
+_UNLOCK: Final = "SELECT pg_advisory_unlock($1::bigint)"
+# Who holds a bigint advisory lock: its key is split into classid (high half) and objid
+# (low half), objsubid 1. pg_stat_activity shows another role's application_name only to
+# members of pg_read_all_stats; the holder is then unknown.
+_HOLDER: Final = (
+    "SELECT a.application_name, a.backend_start FROM pg_locks l "
+    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 LIMIT 1"
+)
+#: application_name holds at most 63 bytes.
+_NAME_BYTES: Final = 63
 
 
 class _Statements:
@@ -139,6 +158,17 @@ def _lock_key(schema: str, session_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
 
 
+def _holder_name() -> str:
+    """The lock connection's ``application_name``: who holds its sessions."""
+    name = f"sessionledger pid {os.getpid()} on {socket.gethostname()}"
+    return name.encode("utf-8")[:_NAME_BYTES].decode("utf-8", "ignore")
+
+
+def _key_halves(key: int) -> tuple[int, int]:
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
+    return unsigned >> 32, unsigned & 0xFFFF_FFFF
+
+
 def _check_options(
     pool_min_size: int, pool_max_size: int, connect_timeout: float, command_timeout: float | None
 ) -> None:
@@ -175,27 +205,29 @@ class PostgresLogStore(LogStore):
         schema: str = DEFAULT_SCHEMA,
         pool_min_size: int = 1,
         pool_max_size: int = 8,
-        exclusive: bool = False,
+        exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
     ) -> None:
         if type(dsn) is not str or urlsplit(dsn).scheme not in ("postgresql", "postgres"):
             raise ConfigError(f"expected a postgresql:// URL, got {dsn!r}")
         _check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
-        if type(exclusive) is not bool:
-            raise ConfigError(f"exclusive must be a bool, got {exclusive!r}")
+        if exclusive is not True:
+            raise ConfigError(
+                f"exclusive={exclusive!r}: every session has one writer, always (SPEC "
+                "§11.4); the option remains only so that exclusive=true keeps working"
+            )
         self._dsn = dsn
         self._schema = check_schema_name(schema)
         self._sql = _Statements(self._schema)
         self._pool_sizes = (pool_min_size, pool_max_size)
-        self._exclusive = exclusive
         self._connect_timeout = float(connect_timeout)
         self._command_timeout = None if command_timeout is None else float(command_timeout)
         self._location = f"{_redact(dsn)} (schema {self._schema})"
         self._pool: asyncpg.Pool | None = None
         self._gate = asyncio.Lock()
         self._shut = False
-        # exclusive=True: the connection holding this instance's session locks, and them.
+        # The connection holding this store's claims (advisory locks), and the claims.
         self._lock_conn: asyncpg.Connection | None = None
         self._lock_gate = asyncio.Lock()
         self._held: set[str] = set()
@@ -204,11 +236,6 @@ class PostgresLogStore(LogStore):
     def schema(self) -> str:
         """The PostgreSQL schema holding this store's tables."""
         return self._schema
-
-    @property
-    def exclusive(self) -> bool:
-        """Whether writes take a per-session advisory lock."""
-        return self._exclusive
 
     def __repr__(self) -> str:
         return f"PostgresLogStore({_redact(self._dsn)!r}, schema={self._schema!r})"
@@ -309,35 +336,44 @@ class PostgresLogStore(LogStore):
             )
         return LedgerError(f"PostgreSQL failed on {where}: {error}", session_id=session_id)
 
-    # -- exclusive writers ----------------------------------------------------------------
+    # -- ownership -------------------------------------------------------------------------
+
+    async def claim(self, session_id: str) -> None:
+        """Take the session's advisory lock on this store's lock connection, at once, or
+        raise ``SessionLockedError`` naming the holder."""
+        await self._hold(session_id)
 
     async def _hold(self, session_id: str) -> None:
-        """Take (once) the advisory lock of *session_id*, or raise ``SessionLockedError``."""
+        """Take (once) the advisory lock of *session_id*, or raise ``SessionLockedError``;
+        a claim whose connection was lost is refused, since another writer may have
+        taken over."""
         async with self._lock_gate:
             conn = self._lock_conn
             if session_id in self._held:
                 if conn is None or conn.is_closed():
                     raise SessionLockedError(
-                        "the connection holding this session's lock was lost; another writer "
-                        "may have taken over (reopen the store and reload the session)",
+                        "the connection holding this session's claim was lost; another "
+                        "writer may have taken over (release the session and resume it)",
                         session_id=session_id,
                     )
                 return
+            key = _lock_key(self._schema, session_id)
             try:
                 if conn is None or conn.is_closed():
                     self._held.clear()  # locks die with their connection
                     conn = self._lock_conn = await asyncpg.connect(
-                        self._dsn, timeout=self._connect_timeout
+                        self._dsn,
+                        timeout=self._connect_timeout,
+                        server_settings={"application_name": _holder_name()},
                     )
-                taken = await conn.fetchval(
-                    "SELECT pg_try_advisory_lock($1::bigint)", _lock_key(self._schema, session_id)
-                )
+                taken = await conn.fetchval(_TRY_LOCK, key)
+                holder = None if taken else await conn.fetchrow(_HOLDER, *_key_halves(key))
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 raise self._translate(error, session_id) from error
             if not taken:
                 raise SessionLockedError(
-                    "another writer holds this session (exclusive mode); it is released when "
-                    "that writer closes its store",
+                    f"another writer holds the session ({_describe(holder)}); it is released "
+                    "when that writer releases or closes it, or its process ends",
                     session_id=session_id,
                 )
             self._held.add(session_id)
@@ -350,10 +386,7 @@ class PostgresLogStore(LogStore):
             self._held.discard(session_id)
             if conn is not None and not conn.is_closed():
                 with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await conn.fetchval(
-                        "SELECT pg_advisory_unlock($1::bigint)",
-                        _lock_key(self._schema, session_id),
-                    )
+                    await conn.fetchval(_UNLOCK, _lock_key(self._schema, session_id))
 
     # -- storage primitives ----------------------------------------------------------------
 
@@ -395,8 +428,7 @@ class PostgresLogStore(LogStore):
         # Serialize before touching the server: a value that cannot be stored writes nothing.
         rows.plain_text(session_id, "session id", session_id)
         columns = rows.batch_columns(session_id, batch.records)
-        if self._exclusive:
-            await self._hold(session_id)
+        await self._hold(session_id)  # the policy claimed it; this checks the claim holds
         async with self.connection(session_id) as conn:
             if batch.creates:
                 status = await conn.execute(
@@ -424,8 +456,7 @@ class PostgresLogStore(LogStore):
         session_id = repair.header.id
         closers = repair.closers
         columns = None if closers is None else rows.batch_columns(session_id, closers.records)
-        if self._exclusive:
-            await self._hold(session_id)
+        await self._hold(session_id)
         try:
             async with self.connection(session_id) as conn, conn.transaction():
                 current = await conn.fetchrow(self._sql.lock_session, session_id)
@@ -481,6 +512,16 @@ class PostgresLogStore(LogStore):
                 pool.terminate()
 
 
+def _describe(holder: asyncpg.Record | None) -> str:
+    """Name a lock holder from its connection's application name and start time."""
+    if holder is None or not holder[0]:
+        return "holder unknown"
+    since = (
+        "" if holder[1] is None else f", connected since {holder[1].isoformat(timespec='seconds')}"
+    )
+    return f"{str(holder[0])[:_NAME_BYTES]}{since}"
+
+
 class _Refused(Exception):
     """The closers of a repair did not continue the log: roll the repair back."""
 
@@ -493,8 +534,9 @@ class PostgresPersistence(SessionPersistence):
     checked (or created, race-free) on first use. *dsn* is a ``postgresql://`` URL as
     asyncpg takes it (``?host=/socket/dir`` for a Unix socket); *schema* names the
     PostgreSQL schema holding the tables; *pool_min_size* / *pool_max_size* size the
-    connection pool; *exclusive* takes a per-session advisory lock on first write (see the
-    module docs); *connect_timeout* and *command_timeout* are in seconds.
+    connection pool; *connect_timeout* and *command_timeout* are in seconds. Each store
+    object keeps one more connection, holding its sessions' claims (see the module docs);
+    *exclusive* remains for compatibility and must be true.
     """
 
     def __init__(
@@ -505,7 +547,7 @@ class PostgresPersistence(SessionPersistence):
         schema: str = DEFAULT_SCHEMA,
         pool_min_size: int = 1,
         pool_max_size: int = 8,
-        exclusive: bool = False,
+        exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
     ) -> None:
@@ -529,11 +571,6 @@ class PostgresPersistence(SessionPersistence):
     def schema(self) -> str:
         """The PostgreSQL schema holding this store's tables."""
         return self._postgres.schema
-
-    @property
-    def exclusive(self) -> bool:
-        """Whether writes take a per-session advisory lock."""
-        return self._postgres.exclusive
 
     def __repr__(self) -> str:
         return repr(self._postgres).replace("PostgresLogStore", "PostgresPersistence", 1)

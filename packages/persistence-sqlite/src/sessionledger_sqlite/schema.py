@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple
 
@@ -23,10 +25,11 @@ import aiosqlite
 
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, FormatUnsupportedError
-from sessionledger.files import make_private_dirs
+from sessionledger.files import fsync_dir, make_private_dirs
 
 __all__ = [
     "APPLICATION_ID",
+    "open_reader",
     "DDL",
     "EXPECTED_OBJECTS",
     "SCHEMA_VERSION",
@@ -269,19 +272,24 @@ def create_file(path: str) -> None:
     tool output, so it is private from the first byte. The WAL and shared-memory files
     inherit the database file's permissions.
     """
-    make_private_dirs(os.path.dirname(path))
+    directory = os.path.dirname(path)
+    make_private_dirs(directory, fsync=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        descriptor = os.open(path, flags, 0o600)
     except FileExistsError:
         return
     try:
         os.fchmod(descriptor, 0o600)  # exactly, whatever the umask took away
     finally:
         os.close(descriptor)
+    fsync_dir(directory)  # the new file's entry is durable before anything is stored in it
     failpoint("sqlite.schema.after-create-file")
 
 
-async def connect_daemon(path: str, busy_timeout: float) -> aiosqlite.Connection:
+async def connect_daemon(
+    path: str, busy_timeout: float, *, uri: bool = False
+) -> aiosqlite.Connection:
     """Open an aiosqlite connection whose worker thread is a daemon thread.
 
     A thread takes its daemon flag from the thread that constructs it, and
@@ -298,7 +306,7 @@ async def connect_daemon(path: str, busy_timeout: float) -> aiosqlite.Connection
             # isolation_level=None: the sqlite3 module never opens a transaction on its
             # own; every transaction here is an explicit BEGIN ... COMMIT/ROLLBACK.
             connection = aiosqlite.connect(
-                path, isolation_level=None, timeout=busy_timeout, uri=False
+                path, isolation_level=None, timeout=busy_timeout, uri=uri
             )
         except BaseException as error:
             loop.call_soon_threadsafe(built.set_exception, error)
@@ -307,6 +315,71 @@ async def connect_daemon(path: str, busy_timeout: float) -> aiosqlite.Connection
 
     threading.Thread(target=build, name="sessionledger-sqlite-open", daemon=True).start()
     return await (await built)  # the second await starts the worker and connects
+
+
+_READ_ONLY_OPENS: Final = ("mode=ro", "mode=ro&immutable=1")
+
+
+async def open_reader(path: str, busy_timeout: float) -> aiosqlite.Connection | None:
+    """Open the database at *path* read-only, creating nothing (SPEC §11.5, §13).
+
+    Returns None when there is nothing to read: no file, or an empty one (not yet a
+    database). A database this build must not use is refused as ``open_database`` does.
+    Where the directory cannot hold the ``-wal``/``-shm`` files a reader of a WAL
+    database needs (read-only media), it opens the file as immutable instead.
+    """
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:  # a parent that is a file, a directory it may not search
+        raise ConfigError(f"cannot open the database {path!r}: {error.strerror}") from error
+    if not stat.S_ISREG(found.st_mode):
+        raise ConfigError(f"cannot open the database {path!r}: it is not a regular file")
+    location = "file:" + urllib.parse.quote(path)
+    for options in _READ_ONLY_OPENS:
+        if options != _READ_ONLY_OPENS[0] and _wal_size(path):
+            # An immutable open ignores the WAL: it would not see transactions still in it.
+            raise ConfigError(
+                f"the database {path!r} cannot be read where it is (its directory takes no "
+                "new files, as on read-only media) without missing the transactions its "
+                "-wal file still holds; copy the database and its -wal file to a writable "
+                "directory and read it there"
+            )
+        db = await connect_daemon(f"{location}?{options}", busy_timeout, uri=True)
+        try:
+            await db.execute_fetchall("PRAGMA trusted_schema = OFF")
+            await db.execute_fetchall("BEGIN")
+            try:
+                pristine = check_identity(*await read_identity(db), path)
+            finally:
+                await _rollback(db)
+        except sqlite3.OperationalError as error:
+            await db.close()
+            code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+            if code not in _UNREADABLE_IN_PLACE or options == _READ_ONLY_OPENS[-1]:
+                raise
+            continue
+        except BaseException:
+            await db.close()
+            raise
+        if pristine:
+            await db.close()
+            return None
+        return db
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _wal_size(path: str) -> int:
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
+        return 0
+
+
+#: Result codes of a read-only open that an immutable open may get past: the directory
+#: cannot hold the shared-memory file (CANTOPEN, READONLY, IOERR).
+_UNREADABLE_IN_PLACE: Final = frozenset((14, 8, 10))
 
 
 async def open_database(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import errno
 import functools
 import hashlib
 import math
@@ -30,20 +29,18 @@ import aiosqlite
 
 from sessionledger import rows
 from sessionledger._failpoints import failpoint
+from sessionledger.claims import Claims
 from sessionledger.errors import (
     ConfigError,
-    CorruptLogError,
-    FormatUnsupportedError,
     LedgerError,
-    ResourceLimitError,
-    SessionLockedError,
 )
 from sessionledger.events import SessionHeader
-from sessionledger.files import FILE_MODE, fsync_dir
+from sessionledger.files import FILE_MODE, fsync_dir, make_private_dirs
 from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger_sqlite import schema
+from sessionledger_sqlite.failures import translate
 
 __all__ = ["MEMORY", "SqliteLogStore", "SqlitePersistence"]
 
@@ -84,17 +81,6 @@ def _insert_events(count: int) -> str:
 _SELECT_TAIL: Final = (
     "SELECT seq, ignorable, data FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 )
-
-# SQLite primary result codes (the low byte of an extended code).
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-_SQLITE_READONLY: Final = 8
-_SQLITE_CORRUPT: Final = 11
-_SQLITE_CANTOPEN: Final = 14
-_SQLITE_NOTADB: Final = 26
-_SQLITE_FULL: Final = 13
-_EXHAUSTED: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
-
 
 _SELECT_REVISION: Final = "SELECT incarnation, revision FROM sessions WHERE id = ?"
 _EVENT_COLUMN_NAMES: Final = tuple(_EVENT_COLUMNS.split(", "))
@@ -182,10 +168,24 @@ class SqliteLogStore(LogStore):
         self._location = None if self.path == MEMORY else self.path
         self._db: aiosqlite.Connection | None = None
         self._finalizer: weakref.finalize[[aiosqlite.Connection, str], SqliteLogStore] | None = None
+        self._reader: aiosqlite.Connection | None = None  # read-only, until a write opens _db
+        self._reader_finalizer: weakref.finalize[..., SqliteLogStore] | None = None
         self._gate = asyncio.Lock()
         self._shut = False
         #: Rows repairs of an in-memory database moved aside (its quarantine).
         self.quarantined: list[bytes] = []
+        self._claims = (
+            None
+            if self.path == MEMORY
+            else Claims(
+                f"{self.path}.locks",
+                f"{self.path}.owners",
+                # No reference back to the store: its finalizer must still run on drop.
+                prepare=functools.partial(
+                    make_private_dirs, os.path.dirname(self.path), fsync=True
+                ),
+            )
+        )
 
     @property
     def connection(self) -> aiosqlite.Connection | None:
@@ -202,11 +202,12 @@ class SqliteLogStore(LogStore):
     # -- connection and transactions -----------------------------------------------------
 
     async def _connect(self) -> aiosqlite.Connection:
-        """Open and check the database; called under the gate."""
+        """Open and check the database for writing (creating it); called under the gate."""
         if self._shut:
             raise ConfigError(f"SQLite store {self.path!r} is closed")
         if self._db is not None:
             return self._db
+        await self._close_reader()  # the writer sees everything from now on
         db = await schema.open_database(
             self.path,
             memory=self.path == MEMORY,
@@ -218,10 +219,55 @@ class SqliteLogStore(LogStore):
         self._finalizer.atexit = False  # at exit the daemon worker ends with the process
         return db
 
+    async def _connect_reader(self) -> aiosqlite.Connection | None:
+        """The connection reads use: the writer once there is one, else a read-only one
+        that creates nothing (None: there is no database to read yet)."""
+        if self._shut:
+            raise ConfigError(f"SQLite store {self.path!r} is closed")
+        if self._db is not None or self.path == MEMORY:
+            return await self._connect()
+        if self._reader is None:
+            self._reader = await schema.open_reader(self.path, self.busy_timeout)
+            if self._reader is not None:
+                finalizer = weakref.finalize(self, _abandon, self._reader, self.path)
+                finalizer.atexit = False
+                self._reader_finalizer = finalizer
+        return self._reader
+
+    async def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if self._reader_finalizer is not None:
+            self._reader_finalizer.detach()
+            self._reader_finalizer = None
+        if reader is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await reader.close()
+
+    @contextlib.asynccontextmanager
+    async def _reading(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection | None]:
+        """Lend the connection reads use (None when there is no database yet) in one read
+        transaction; translate driver errors."""
+        async with self._gate:
+            try:
+                db = await self._connect_reader()
+                if db is None:
+                    yield None
+                    return
+                if db.in_transaction:
+                    await db.execute_fetchall("ROLLBACK")
+                await db.execute_fetchall("BEGIN")
+                try:
+                    yield db
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        await db.execute_fetchall("ROLLBACK")
+            except (sqlite3.Error, OSError) as error:
+                raise self._translate(error, session_id) from error
+
     @contextlib.asynccontextmanager
     async def _connection(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
-        """Lend the connection for the body (its statements commit one by one) and
-        translate driver errors; a refused batch surfaces as ``_Refused``."""
+        """Lend the writing connection for the body (its statements commit one by one)
+        and translate driver errors; a refused batch surfaces as ``_Refused``."""
         async with self._gate:
             try:
                 db = await self._connect()
@@ -251,50 +297,15 @@ class SqliteLogStore(LogStore):
                 raise
 
     def _translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
-        """Map a driver or OS error to the library's errors (the only place that does)."""
-        where = self.path
-        if isinstance(error, OSError):
-            if error.errno in _EXHAUSTED:
-                return ResourceLimitError(
-                    f"{error.filename or where}: {error.strerror or error}",
-                    errno=error.errno,
-                    session_id=session_id,
-                    path=where,
-                )
-            return ConfigError(f"cannot write beside the database {where!r}: {error}")
-        code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return SessionLockedError(
-                f"the database is locked by another connection and stayed locked for the "
-                f"busy timeout ({self.busy_timeout:g} s): {error}",
-                session_id=session_id,
-            )
-        if code == _SQLITE_NOTADB:
-            return FormatUnsupportedError(
-                f"not a SQLite database: {error}", code="FOREIGN_STORE", path=where
-            )
-        if code == _SQLITE_CORRUPT or isinstance(error, sqlite3.IntegrityError):
-            # A constraint failure means the stored rows disagree with the sessions table.
-            return CorruptLogError(
-                f"the database is damaged: {error}", session_id=session_id, path=where
-            )
-        if code == _SQLITE_FULL:
-            return ResourceLimitError(
-                f"the disk holding {where!r} is full: {error}",
-                errno=errno.ENOSPC,
-                session_id=session_id,
-                path=where,
-            )
-        if code == _SQLITE_CANTOPEN:
-            return ConfigError(f"cannot open the database {where!r}: {error}")
-        if code == _SQLITE_READONLY:
-            return ConfigError(f"the database {where!r} is read-only here: {error}")
-        return LedgerError(f"SQLite failed on {where!r}: {error}", session_id=session_id)
+        """The library's error for a driver or OS error (``failures.translate``)."""
+        return translate(error, self.path, self.busy_timeout, session_id)
 
     # -- reading ---------------------------------------------------------------------------
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
-        async with self._transaction("BEGIN", session_id) as db:
+        async with self._reading(session_id) as db:
+            if db is None:
+                return None
             head = list(await db.execute_fetchall(_SELECT_SESSION, (session_id,)))
             if not head:
                 return None
@@ -320,14 +331,34 @@ class SqliteLogStore(LogStore):
         return RawLog(rows.header_json(session), records, revision, self._location, torn_at)
 
     async def read_revision(self, session_id: str) -> str | None:
-        async with self._connection(session_id) as db:
+        async with self._reading(session_id) as db:
+            if db is None:
+                return None
             found = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
         return rows.revision_string(*found[0]) if found else None
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        async with self._connection(None) as db:
-            found = await db.execute_fetchall(_SELECT_HEADERS)
+        async with self._reading(None) as db:
+            if db is None:
+                return []
+            found = list(await db.execute_fetchall(_SELECT_HEADERS))
         return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
+
+    # -- claims ----------------------------------------------------------------------------
+
+    async def claim(self, session_id: str) -> None:
+        """Claim through ``<database>.locks`` (``sessionledger.claims``); a private
+        in-memory database has no other writer."""
+        if self._claims is None:
+            return
+        try:
+            await asyncio.to_thread(self._claims.claim, session_id)
+        except OSError as error:
+            raise self._translate(error, session_id) from error
+
+    async def release(self, session_id: str) -> None:
+        if self._claims is not None:
+            self._claims.release(session_id)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -446,9 +477,12 @@ class SqliteLogStore(LogStore):
         return deleted
 
     async def close(self) -> None:
+        if self._claims is not None:
+            self._claims.release_all()
         async with self._gate:
             self._shut = True
             db, self._db = self._db, None
+            await self._close_reader()
             if self._finalizer is not None:
                 self._finalizer.detach()
             if db is not None:

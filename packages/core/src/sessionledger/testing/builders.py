@@ -17,6 +17,7 @@ __all__ = [
     "MODEL",
     "closed_turn",
     "compact",
+    "finish_pending_call",
     "open_turn_with_pending_call",
     "stream_text",
 ]
@@ -130,6 +131,29 @@ def open_turn_with_pending_call(
                 "arguments": '{"path": "a.txt"}',
             },
         )
+    return list(session.events[start:])
+
+
+def finish_pending_call(
+    session: Session, turn: int, *, call_id: str | None = None, output: str = "written"
+) -> list[SessionEvent]:
+    """Close, normally, the turn ``open_turn_with_pending_call`` left open: the tool's
+    result, then the step's and the turn's end."""
+    start = session.seq
+    call_id = call_id or f"pending-{turn}"
+    call = next(
+        event
+        for event in reversed(session.events)
+        if event.type == "tool/call" and event.data["callId"] == call_id
+    )
+    session.append(
+        "tool/result",
+        {"turn": turn, "step": 1, "message": tool_result(call_id, output)},
+        surface_op="append",
+        source_event_seqs=[call.seq],
+    )
+    session.append("step/end", {"turn": turn, "step": 1})
+    session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
     return list(session.events[start:])
 
 

@@ -82,6 +82,9 @@ class FaultyStore(LogStore):
     async def delete_log(self, session_id: str) -> bool:
         return await self.inner.delete_log(session_id)
 
+    async def claim(self, session_id: str) -> None:
+        await self.inner.claim(session_id)
+
     async def release(self, session_id: str) -> None:
         await self.inner.release(session_id)
 

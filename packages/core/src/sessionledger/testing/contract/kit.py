@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sessionledger.testing.contract.ownership import OwnershipClauses
 from sessionledger.testing.contract.reading import ReadingClauses
 from sessionledger.testing.contract.repair import RepairClauses
 from sessionledger.testing.contract.through_ledger import LedgerClauses
@@ -10,5 +11,7 @@ from sessionledger.testing.contract.writing import WritingClauses
 __all__ = ["PersistenceContract"]
 
 
-class PersistenceContract(WritingClauses, ReadingClauses, RepairClauses, LedgerClauses):
+class PersistenceContract(
+    WritingClauses, ReadingClauses, RepairClauses, OwnershipClauses, LedgerClauses
+):
     """SPEC §11 as tests; subclass it and provide ``ledger_backend_factory``."""

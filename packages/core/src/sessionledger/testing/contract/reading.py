@@ -124,7 +124,7 @@ class ReadingClauses(ContractBase):
         await backend.release("never-seen")  # nothing to forget: not an error
         other = backend_factory()
         await other.append("handed-over", events[split:])
-        assert same_events(events, (await backend.load("handed-over")).events)
+        assert same_events(events, (await backend.inspect("handed-over")).events)
 
     @pytest.mark.asyncio
     async def test_locate_and_close(self, backend_factory: BackendFactory) -> None:

@@ -55,6 +55,7 @@ class RepairClauses(ContractBase):
         assert same_events(events, loaded.events[: len(events)])
         after = await revision_of(backend, "open")
         assert after != before
+        await backend.release("open")  # another writer loads it next: nothing more to close
         reopened = backend_factory()
         again = await reopened.load("open")
         assert same_events(loaded.events, again.events)
@@ -147,6 +148,7 @@ class RepairClauses(ContractBase):
         assert await revision_of(backend, "torn") == before
         loaded = await backend.load("torn")
         assert same_events(view.events, loaded.events)
+        await backend.release("torn")
         assert same_events(loaded.events, (await backend_factory().load("torn")).events)
         await _check_moved_aside(ledger_backend_tamper, backend, "torn")
         await backend.close()

@@ -37,12 +37,12 @@ class LedgerClauses(ContractBase):
             session = ledger.create("wb", cwd="/srv/project")
             closed_turn(session, 1)
             await ledger.flush(session)
-            stored = await backend_factory().load("wb")
+            stored = await backend_factory().inspect("wb")
             assert same_events(list(session.events), stored.events)
             closed_turn(session, 2)
             expected = list(session.events)
         # leaving the context flushed the second turn
-        assert same_events(expected, (await backend_factory().load("wb")).events)
+        assert same_events(expected, (await backend_factory().inspect("wb")).events)
 
     @pytest.mark.asyncio
     async def test_ledger_resume_repairs_once_and_continues(
@@ -95,7 +95,7 @@ class LedgerClauses(ContractBase):
         closed_turn(session, 2)
         await ledger.flush(session)
         await ledger.close()
-        stored = await backend_factory().load("retry")
+        stored = await backend_factory().inspect("retry")
         assert same_events(list(session.events), stored.events)
 
     @pytest.mark.asyncio
@@ -121,7 +121,7 @@ class LedgerClauses(ContractBase):
             await persistence.append("landed", events[4:9])
         await persistence.append("landed", events[4:9])
         await persistence.append("landed", events[9:])
-        assert same_events(events, (await backend_factory().load("landed")).events)
+        assert same_events(events, (await backend_factory().inspect("landed")).events)
         await persistence.close()
 
     @pytest.mark.asyncio
@@ -138,9 +138,9 @@ class LedgerClauses(ContractBase):
             assert child.header.cwd == "/srv/project"
             assert same_events(events[: boundary + 1], child.events[: boundary + 1])
             assert child.events[-1].type == "session/end-seed"
-        stored = await backend_factory().load("child")
+        stored = await backend_factory().inspect("child")
         assert same_events(list(child.events), stored.events)
-        assert same_events(events, (await backend_factory().load("parent")).events)
+        assert same_events(events, (await backend_factory().inspect("parent")).events)
 
     @pytest.mark.asyncio
     async def test_ledger_compaction_survives_a_round_trip(
