@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sessionledger import Ledger, SessionEvent, SessionHeader, thaw
+from sessionledger import EventType, Ledger, SessionEvent, SessionHeader, hookimpl, thaw
 from sessionledger.ledger import open_store
 from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
 
@@ -47,10 +47,13 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(env: dict[str, str], *args: str, command: list[str] | None = None) -> Run:
+def run_cli(
+    env: dict[str, str], *args: str, command: list[str] | None = None, cwd: Path | None = None
+) -> Run:
     done = subprocess.run(
         [*(command or [sys.executable, "-m", "sessionledger"]), *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         encoding="utf-8",
@@ -244,6 +247,122 @@ async def test_read_commands_show_the_store_and_their_json_parses_back(
     assert verified.code == 0
     assert "turn 2 is open" in verified.out
     assert store_bytes(url) == before  # nothing above wrote to the store
+
+
+PLAN_PLUGIN = """
+from sessionledger import EventType, hookimpl
+
+class PlanPlugin:
+    @hookimpl
+    def ledger_event_types(self):
+        return [EventType("plan/update")]
+"""
+
+
+class PlanPlugin:
+    """The same plugin, for the process that writes the store."""
+
+    @hookimpl
+    def ledger_event_types(self) -> list[EventType]:
+        return [EventType("plan/update")]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_read_commands_show_events_of_unknown_types_uninterpreted(
+    kind: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url(kind, tmp_path)
+    async with Ledger.open(url, plugins=[PlanPlugin()]) as ledger:
+        session = ledger.create("planned", title="a session whose harness keeps a plan")
+        closed_turn(session, 1)
+        session.append("plan/update", {"steps": ["read", "answer"]})
+        closed_turn(session, 2)
+    stored = await stored_events(url, "planned")
+    plan_seq = next(event["seq"] for event in stored if event["type"] == "plan/update")
+    before = store_bytes(url)
+
+    listed = run_cli(cli_env, "--store", url, "ls", "--json")
+    assert listed.json()[0]["events"] == len(stored)
+    assert listed.json()[0]["problem"] is None
+    shown = run_cli(cli_env, "--store", url, "show", "planned", "--json")
+    assert shown.jsonl() == stored  # the event exactly as stored
+    assert "plan/update" in run_cli(cli_env, "--store", url, "show", "planned").out
+    messages = run_cli(cli_env, "--store", url, "messages", "planned", "--json")
+    assert len(messages.json()) == 8
+    assert len(run_cli(cli_env, "--store", url, "transcript", "planned", "--json").json()) == 8
+    stats = run_cli(cli_env, "--store", url, "stats", "planned", "--json").json()
+    assert stats["eventsByType"]["plan/update"] == 1
+
+    verified = run_cli(cli_env, "--store", url, "verify", "--json")
+    assert verified.code == 0, verified.out
+    report = verified.json()["sessions"][0]
+    assert report["ok"] is True
+    assert any(f"plan/update (seq {plan_seq})" in note for note in report["notes"])
+    assert any("not checked" in note for note in report["notes"])
+
+    other = store_url("jsonl" if kind == "sqlite" else "sqlite", tmp_path, "copy")
+    copied = run_cli(cli_env, "copy", "--from", url, "--to", other)
+    assert copied.code == 0, copied.err
+    assert "identical" in copied.out
+    assert await stored_events(other, "planned") == stored
+
+    # Going live still refuses, naming the likely cause and the remedies.
+    refused = run_cli(cli_env, "--store", url, "repair", "planned")
+    assert_user_error(refused, "UNKNOWN_EVENT_TYPE")
+    for words in ("'plan/update'", "probably not loaded", "--plugin", "'sessionledger'"):
+        assert words in refused.err
+    assert f"seq {plan_seq}" in refused.err
+    assert "session 'planned'" in refused.err
+    assert store_bytes(url) == before  # nothing above wrote to the store
+
+    # --plugin loads a plugin that is not an entry point, before or after the command.
+    (tmp_path / "plan_plugin.py").write_text(PLAN_PLUGIN)
+    for args in (
+        ("--plugin", "plan_plugin:PlanPlugin", "--store", url, "verify", "--json"),
+        ("--store", url, "verify", "--json", "--plugin", "plan_plugin:PlanPlugin"),
+    ):
+        known = run_cli(cli_env, *args, cwd=tmp_path)
+        assert known.code == 0, known.err
+        assert known.json()["sessions"][0]["notes"] == []
+    catalog = run_cli(
+        cli_env, "catalog", "--json", "--plugin", "plan_plugin:PlanPlugin", cwd=tmp_path
+    )
+    assert "plan/update" in [row["type"] for row in catalog.json()["eventTypes"]]
+    missing = run_cli(cli_env, "--store", url, "ls", "--plugin", "no_such_module:Plugin")
+    assert_user_error(missing, "CONFIG")
+    assert "no_such_module" in missing.err
+    malformed = run_cli(cli_env, "--store", url, "ls", "--plugin", "plan_plugin")
+    assert_user_error(malformed, "CONFIG")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 200])
+async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
+    columns: int, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    long_id = "0b5f7c1e-6d7a-4c7e-9a1f-3f2d9c8b7a60"  # a UUID, the usual id
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create(long_id, title="summarise the quarterly report"), 1)
+        closed_turn(ledger.create("damaged", title="a session with a damaged first batch"), 1)
+        later = ledger.create("two-batches", title="tail")
+        closed_turn(later, 1)
+        await ledger.flush(later)
+        closed_turn(later, 2)
+    # Damage the first of two batches: unreadable (CORRUPT), not a torn tail.
+    log = next((tmp_path / "store").glob("*/two-batches/session.jsonl"))
+    data = bytearray(log.read_bytes())
+    data[len(data) // 4] ^= 0x01
+    log.write_bytes(bytes(data))
+    env = {**cli_env, "COLUMNS": str(columns)}
+    table = run_cli(env, "--store", url, "ls")
+    assert table.code == 0, table.err
+    lines = table.out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    row = next(line for line in lines if long_id in line)
+    assert "summari" in row  # the title keeps room
+    broken = next(line for line in lines if "two-batches" in line)
+    assert "unreadable" in broken
+    assert "unreadable: two-batches (CORRUPT); 'sessionledger verify ID'" in " ".join(lines)
 
 
 def test_catalog_lists_core_types_plugins_and_schemes(cli_env: dict[str, str]) -> None:

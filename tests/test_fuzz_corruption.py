@@ -5,8 +5,8 @@ duplicated, dropped or reordered lines, malformed packed rows, bad header lines;
 SQLite, rows with wrong values, gaps and bad session rows), then runs every read
 operation and ``load`` on it. The rules:
 
-- every outcome is a valid view (seqs contiguous from 0, types known or ignorable, every
-  turn closed, the surface rules hold) or one of ``CorruptLogError``,
+- every outcome is a valid view (seqs contiguous from 0, every turn closed, the surface
+  rules hold; a damaged type name reads as an unknown type) or one of ``CorruptLogError``,
   ``FormatUnsupportedError``, ``StorageRowError``, ``HeaderError``; never another
   exception, never a hang (a watchdog kills a case that takes longer than a minute);
 - a view holds, exactly and at its seq, every event whose stored unit the damage left
@@ -17,7 +17,8 @@ operation and ``load`` on it. The rules:
 - ``inspect``, ``read_from`` and ``list_snapshots`` never modify storage (JSONL: the whole
   tree hashed before and after; SQLite and memory: the stored rows/records);
 - ``load`` returns exactly what ``inspect`` showed (or the same error, writing nothing),
-  and a second ``load`` changes nothing;
+  and a second ``load`` changes nothing; a view holding an unknown type is refused by
+  ``load`` (``UNKNOWN_EVENT_TYPE`` at that event's seq), writing nothing;
 - truncating a JSONL log anywhere in its last records is never corruption: the view is
   exactly the complete batches plus their crash-repair closers (checked at every byte).
 
@@ -161,7 +162,7 @@ JSONL_BASES = _jsonl_bases()
 
 
 def check_view(stored: StoredSession, session_id: str) -> None:
-    """A valid view: contiguous, known types, balanced, and a session can be built."""
+    """A valid view: contiguous, balanced, and a session can be built."""
     events = stored.events
     assert stored.header.id == session_id
     assert [event.seq for event in events] == list(range(len(events)))
@@ -272,6 +273,18 @@ async def run_reads(probe: Probe) -> None:
         # inspect show the log while load refuses to write to it; nothing may change.
         assert probe.fingerprint() == before, "a refused load modified storage"
         CASES["load-refused"] += 1
+        return
+    if (
+        isinstance(loaded, FormatUnsupportedError)
+        and loaded.code == "UNKNOWN_EVENT_TYPE"
+        and not isinstance(inspected, BaseException)
+    ):
+        # Damage that turns a type name into an unknown one: reading shows the event as
+        # stored (SPEC §2.4), going live refuses it, naming its seq; nothing may change.
+        assert loaded.seq is not None
+        assert inspected.events[loaded.seq].type not in store.event_types
+        assert probe.fingerprint() == before, "a refused load modified storage"
+        CASES["unknown-type"] += 1
         return
     assert same_outcome(loaded, inspected)
     if isinstance(loaded, BaseException):

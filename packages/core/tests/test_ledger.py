@@ -209,7 +209,7 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone() -> None:
     ledger = memory_ledger()
     source = ledger.create("parent", cwd="/srv")
     closed_turn(source, 1)
-    source.append("x/log-only", {"value": "after execution"})
+    source.append("x/log-only", {"value": "after execution"}, ignorable=True)
     before = source.events
     child = await ledger.fork(source)
     assert child.events[: len(before)] == before
@@ -217,7 +217,7 @@ async def test_fork_copies_the_prefix_and_leaves_the_source_alone() -> None:
     assert child.header.seed_length == len(before)
     assert child.first_live_seq == len(before)
     assert source.events is before
-    child.append("x/child-only", None)
+    child.append("x/child-only", None, ignorable=True)
     assert source.events is before
 
 
@@ -347,7 +347,7 @@ async def test_release_flushes_detaches_and_resume_brings_the_session_back() -> 
     await ledger.release(session)
     assert ledger.get("idle") is None
     assert store["idle"].next_seq == committed
-    session.append("x/after-release", None)  # detached: neither observed nor stored
+    session.append("x/after-release", None, ignorable=True)  # detached: not observed, not stored
     assert seen == list(range(committed))
     await asyncio.sleep(0.25)  # longer than the write-behind window
     assert store["idle"].next_seq == committed

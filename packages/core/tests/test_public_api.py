@@ -55,6 +55,7 @@ SPEC_CODES: dict[str, set[str]] = {
 EXTRA_CODES: dict[str, set[str]] = {
     "EventDataError": {"BAD_DATA"},
     "ResourceLimitError": {"RESOURCE_LIMIT"},
+    "UnknownEventTypeError": {"UNKNOWN_EVENT_TYPE"},
 }
 
 #: Names SPEC says a user imports from ``sessionledger`` itself.

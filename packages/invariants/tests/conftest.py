@@ -10,6 +10,8 @@ import pytest
 # The tests import their builders as a plain module (pytest runs with importlib mode).
 sys.path.insert(0, str(Path(__file__).parent))
 
+from invariants_builders import HarnessTypes
+
 from sessionledger import Ledger
 from sessionledger.session import Session
 from sessionledger_invariants import InvariantsPlugin
@@ -31,7 +33,7 @@ def plugin() -> InvariantsPlugin:
 @pytest.fixture
 def ledger(plugin: InvariantsPlugin) -> Ledger:
     """An in-memory ledger with only core and the invariants plugin (no entry points)."""
-    return Ledger(plugins=[plugin], load_entrypoints=False)
+    return Ledger(plugins=[plugin, HarnessTypes()], load_entrypoints=False)
 
 
 @pytest.fixture

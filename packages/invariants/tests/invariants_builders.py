@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sessionledger import EventType, hookimpl
 from sessionledger.errors import InvariantError
 from sessionledger.events import SessionEvent
 from sessionledger.session import Session
@@ -104,6 +105,15 @@ def RH() -> Event:
 def RC() -> Event:
     data = {"provider": "mock", "model": "mock", "contextWindow": 128000}
     return {"type": "request/context", "data": data}
+
+
+class HarnessTypes:
+    """Declares the plugin types these tests append: a ledger refuses types it does not
+    know (SPEC §2.4), and the invariants leave plugin types unconstrained."""
+
+    @hookimpl
+    def ledger_event_types(self) -> list[EventType]:
+        return [EventType("plugin/marker"), EventType("compaction/start")]
 
 
 def PLUGIN(kind: str = "plugin/marker", **data: Any) -> Event:

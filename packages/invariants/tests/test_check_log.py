@@ -21,6 +21,7 @@ from invariants_builders import (
     TR,
     TS,
     UM,
+    HarnessTypes,
     log,
     put,
 )
@@ -206,7 +207,7 @@ def _build(op: tuple[Any, ...], session) -> dict[str, Any] | None:
 @given(st.lists(_ops(), max_size=40))
 def test_the_live_plugin_and_the_offline_check_agree(ops):
     plugin = InvariantsPlugin()
-    session = Ledger(plugins=[plugin], load_entrypoints=False).create("s")
+    session = Ledger(plugins=[plugin, HarnessTypes()], load_entrypoints=False).create("s")
     for op in ops:
         candidate = _build(op, session)
         if candidate is None:

@@ -6,7 +6,22 @@ import logging
 from pathlib import Path
 
 import pytest
-from invariants_builders import AM, CH, PLUGIN, SE, SS, TC, TE, TR, TS, UM, log, put, refused
+from invariants_builders import (
+    AM,
+    CH,
+    PLUGIN,
+    SE,
+    SS,
+    TC,
+    TE,
+    TR,
+    TS,
+    UM,
+    HarnessTypes,
+    log,
+    put,
+    refused,
+)
 
 from sessionledger import Ledger
 from sessionledger._plugins import AUTOLOAD_SWITCH
@@ -244,7 +259,7 @@ def autoload(monkeypatch):
 
 def test_the_environment_switch_enables_the_plugin(autoload):
     autoload.setenv(ENABLE_SWITCH, "1")
-    ledger = Ledger()
+    ledger = Ledger(plugins=[HarnessTypes()])
     (plugin,) = _invariant_plugins(ledger)
     session = ledger.create("s")
     refused(session, TE(1), R.TURN_END_MISMATCH, plugin)
@@ -289,7 +304,7 @@ def test_the_switch_needs_entry_points(autoload):
 
 def test_the_switch_is_read_when_the_ledger_is_built(autoload):
     autoload.setenv(ENABLE_SWITCH, "1")
-    ledger = Ledger()
+    ledger = Ledger(plugins=[HarnessTypes()])
     autoload.setenv(ENABLE_SWITCH, "0")
     with pytest.raises(InvariantError):
         put(ledger.create("s"), PLUGIN(), TE(1))

@@ -23,6 +23,7 @@ from sessionledger.errors import (
     SessionNotFoundError,
     StorageRowError,
     SurfaceError,
+    UnknownEventTypeError,
 )
 from sessionledger.events import (
     APPEND,
@@ -84,6 +85,7 @@ __all__ = [
     "StorageRowError",
     "SurfaceError",
     "SurfaceFold",
+    "UnknownEventTypeError",
     "assistant_message",
     "fold_surface",
     "hookimpl",

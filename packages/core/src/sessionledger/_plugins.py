@@ -163,6 +163,7 @@ class PluginSet:
                 (impl.plugin_name, _adapt(impl)) for impl in _impls(pm, "ledger_committed")
             ),
             event_types=self.event_types,
+            refuse_unknown_types=True,
         )
 
     def _collect_event_types(self) -> EventTypeRegistry:

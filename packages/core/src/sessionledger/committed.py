@@ -21,7 +21,7 @@ from sessionledger.errors import (
 )
 from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
-from sessionledger.registry import EventTypeRegistry
+from sessionledger.registry import EventTypeRegistry, unknown_type_in_log
 
 __all__ = [
     "Salvage",
@@ -264,13 +264,12 @@ def check_event_types(
     location: str | None,
 ) -> None:
     """Refuse a log holding a type *registry* does not know and the event does not mark
-    ignorable (SPEC §2.4): interpreting it without its plugin could be wrong."""
+    ignorable (SPEC §2.4): a session going live must not act on what it cannot interpret."""
     known = registry.declarations
     for event in events:
         if event.type not in known and not event.ignorable:
             raise FormatUnsupportedError(
-                f"event type {event.type!r} is unknown to this build and not marked "
-                "ignorable; refusing to interpret the log (written by a newer program?)",
+                unknown_type_in_log(event.type),
                 code="UNKNOWN_EVENT_TYPE",
                 session_id=session_id,
                 seq=event.seq,

@@ -32,6 +32,7 @@ __all__ = [
     "SessionNotFoundError",
     "StorageRowError",
     "SurfaceError",
+    "UnknownEventTypeError",
 ]
 
 
@@ -198,6 +199,22 @@ class FormatUnsupportedError(LedgerError):
 
     def __init__(self, message: str = "", *, path: str | None = None, **kwargs: Any) -> None:
         super().__init__(message, path=path, **kwargs)
+
+
+class UnknownEventTypeError(LedgerError):
+    """A ledger's session was asked to append (or seed) an event of a type its ledger
+    does not know and that is not marked ignorable. Refused at the append site, the log
+    unchanged, so that a ledger never accepts what it could not resume (SPEC §2.4).
+
+    Not in the SPEC §16 table, which names only the code; ``event_type`` is the refused
+    type's name.
+    """
+
+    code = "UNKNOWN_EVENT_TYPE"
+    event_type: str | None
+
+    def __init__(self, message: str = "", *, event_type: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, event_type=event_type, **kwargs)
 
 
 class StorageRowError(LedgerError):

@@ -93,6 +93,15 @@ class Ledger:
         self._plugins = _plugin_set(plugins, load_entrypoints=load_entrypoints)
         if _url is not None:
             persistence = _open_with(self._plugins, _url)
+        elif persistence is not None:
+            if not isinstance(persistence, SessionPersistence):
+                raise ConfigError(
+                    "persistence must be a SessionPersistence (a backend such as "
+                    f"SqlitePersistence), got {type(persistence).__qualname__}"
+                )
+            # Whatever the backend was built with, it now reads with this ledger's types:
+            # a ledger can always resume what it accepted (SPEC §17.18).
+            persistence.read_with(self._plugins.event_types)
         self._persistence = persistence
         self._hooks = self._plugins.session_hooks
         self._durability: Durability | None = None

@@ -141,10 +141,20 @@ class SessionPersistence:
 
     @property
     def event_types(self) -> EventTypeRegistry:
-        """The event types the read path accepts (SPEC §2.4, §17.18)."""
+        """The event types a log must stick to for going live (SPEC §2.4, §17.18)."""
         if self._event_types is None:
             self._event_types = default_event_types()
         return self._event_types
+
+    def read_with(self, event_types: EventTypeRegistry) -> None:
+        """Make *event_types* the registry this backend reads with from now on. A
+        ``Ledger`` given this backend calls it with its own, so that it can always resume
+        what it accepted (SPEC §17.18); it replaces the one the backend was built with."""
+        if type(event_types) is not EventTypeRegistry:
+            raise ConfigError(
+                f"expected an EventTypeRegistry, got {type(event_types).__qualname__}"
+            )
+        self._event_types = event_types
 
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the store has one."""
@@ -291,8 +301,8 @@ class SessionPersistence:
                 raise SessionNotFoundError("session not found", session_id=session_id)
             # Read from its start (every store reads everything for seq 0), a log must
             # start at seq 0: a lost first record is committed-region damage (SPEC §11.2).
+            # Reading never refuses an unknown type: it is shown as stored (SPEC §2.4).
             scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
-            check_event_types(self.event_types, session_id, scan.events, scan.location)
             return [event for event in scan.events if event.seq >= from_seq]
 
     async def list(self) -> builtins.list[SessionHeader]:
@@ -439,7 +449,7 @@ class SessionPersistence:
         hooks: SessionHooks | None = None,
         clock: Clock | None = None,
     ) -> tuple[StoredSession, Session]:
-        read = await self._read_validated(session_id, hooks, clock)
+        read = await self._read_validated(session_id, hooks, clock, going_live=commit)
         if not commit:
             return read.stored(read.scan.revision), read.session
         if session_id in self._owned:
@@ -449,23 +459,29 @@ class SessionPersistence:
         # owned, read again only if another writer changed the log meanwhile.
         async with self._owning(session_id):
             if await self._store.read_revision(session_id) != read.scan.revision:
-                read = await self._read_validated(session_id, hooks, clock)
+                read = await self._read_validated(session_id, hooks, clock, going_live=True)
             return await self._go_live(read)
 
     async def _read_validated(
-        self, session_id: str, hooks: SessionHooks | None, clock: Clock | None
+        self,
+        session_id: str,
+        hooks: SessionHooks | None,
+        clock: Clock | None,
+        *,
+        going_live: bool,
     ) -> _Validated:
         """Read a stored log and validate it whole, closers of an interrupted turn
-        included; write nothing."""
+        included; write nothing. Only a log *going_live* must know every type (with the
+        registry of *hooks*, the caller's ledger, else this backend's): a reader keeps
+        unknown events uninterpreted (SPEC §2.4)."""
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
         with _gc_paused():
             scan = scan_log(session_id, raw, contiguous_from=0)
             events = scan.events
-            check_event_types(self.event_types, session_id, events, scan.location)
-            closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             hooks = hooks or SessionHooks(event_types=self.event_types)
+            closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             try:
                 session = Session.restore(
                     scan.header, [*events, *closers], hooks=hooks, clock=clock
@@ -477,6 +493,10 @@ class SessionPersistence:
                     path=scan.location,
                     seq=error.index,
                 ) from error
+            # After the validation a reader gets too: a damaged log is reported as
+            # damaged, whether or not its plugins are loaded.
+            if going_live:
+                check_event_types(hooks.event_types, session_id, events, scan.location)
         return _Validated(scan, closers, session)
 
     async def _go_live(self, read: _Validated) -> tuple[StoredSession, Session]:

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, final
 
 from sessionledger.errors import ConfigError
+from sessionledger.hookspecs import PROJECT_NAME
 from sessionledger.vocabulary import (
     CORE_EVENT_TYPES,
     CORE_VALIDATORS,
@@ -15,10 +16,40 @@ from sessionledger.vocabulary import (
     SURFACE_TYPES,
 )
 
-__all__ = ["CORE_PLUGIN_NAME", "EventType", "EventTypeRegistry", "core_event_types"]
+__all__ = [
+    "CORE_PLUGIN_NAME",
+    "EventType",
+    "EventTypeRegistry",
+    "core_event_types",
+    "unknown_type_at_append",
+    "unknown_type_in_log",
+]
 
 #: The plugin name the core vocabulary is registered under (shown by ``catalog``).
 CORE_PLUGIN_NAME = "sessionledger"
+
+
+def unknown_type_at_append(name: str) -> str:
+    """The message of an append refused for its type: what is wrong and both remedies."""
+    return (
+        f"event type {name!r} is not registered in this ledger and not marked ignorable, "
+        "so the ledger could not read it back; declare it with EventType(...) returned "
+        "from a plugin's ledger_event_types() hook and give the plugin to the ledger "
+        f"(plugins=[...], or an entry point in group {PROJECT_NAME!r}), or append it "
+        "with ignorable=True"
+    )
+
+
+def unknown_type_in_log(name: str) -> str:
+    """The message of a log refused on going live for a type: the likely cause first."""
+    return (
+        f"event type {name!r} is not registered and the event is not marked ignorable; "
+        "the plugin that declares it is probably not loaded: give it to the ledger "
+        "(Ledger(plugins=[...]), open_store(url, plugins=[...])), publish it as an "
+        f"entry point in group {PROJECT_NAME!r} (its ledger_event_types() hook "
+        "declares the type), or pass --plugin module:attribute to the command line. "
+        "Reading (inspect, read_from, ls, show) works without it"
+    )
 
 
 @final

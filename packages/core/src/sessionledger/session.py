@@ -17,6 +17,7 @@ from sessionledger.errors import (
     LedgerError,
     ReentrantAppendError,
     SeedError,
+    UnknownEventTypeError,
 )
 from sessionledger.events import (
     SessionEvent,
@@ -25,7 +26,7 @@ from sessionledger.events import (
     parse_source_event_seqs,
     parse_surface_op,
 )
-from sessionledger.registry import EventTypeRegistry
+from sessionledger.registry import EventTypeRegistry, unknown_type_at_append
 from sessionledger.snapshot import MAX_SAFE_INTEGER, snapshot, string_flaw
 from sessionledger.surface import SurfaceManager
 from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
@@ -57,12 +58,17 @@ class SessionHooks:
     types it knows, and the *recorder* that carries each committed event towards the
     store (the ledger's durability bridge, ``sessionledger.durability``). Built once per
     ledger so ``append`` calls plain functions.
+
+    *refuse_unknown_types* is set for a ledger's sessions: a type *event_types* does not
+    know is refused at ``append`` and in seeds unless marked ignorable, because the
+    ledger could not read it back (SPEC §2.4). A detached session accepts any type.
     """
 
     validators: tuple[Validator, ...] = ()
     observers: tuple[tuple[str, Observer], ...] = ()
     event_types: EventTypeRegistry = dataclasses.field(default_factory=lambda: _CORE_TYPES)
     recorder: Observer | None = None
+    refuse_unknown_types: bool = False
     #: The recorder (when there is one) and then the observers: what ``append`` calls
     #: after the commit, in this order.
     post_commit: tuple[tuple[str, Observer], ...] = dataclasses.field(
@@ -142,7 +148,7 @@ class Session:
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
         if seed is not None:
-            session._load_seed(seed, copy=True)
+            session._load_seed(seed, copy=True, strict=hooks.refuse_unknown_types)
         session._hooks = hooks
         return session
 
@@ -166,11 +172,15 @@ class Session:
         session = cls(header, _checked(clock))
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
-        session._load_seed(events, copy=False)
+        # The store's read path decides about unknown types (SPEC §2.4: reading keeps
+        # them, going live refuses them), so restoring never refuses one.
+        session._load_seed(events, copy=False, strict=False)
         session._hooks = hooks
         return session
 
-    def _load_seed(self, seed: Iterable[SessionEvent | Mapping[str, Any]], *, copy: bool) -> None:
+    def _load_seed(
+        self, seed: Iterable[SessionEvent | Mapping[str, Any]], *, copy: bool, strict: bool
+    ) -> None:
         log = self._log
         surface = self._surface
         types = self._types
@@ -185,6 +195,7 @@ class Session:
                 and item.surface_op is None
                 and item.source_event_seqs is None
                 and item.type not in needs_checks
+                and (not strict or item.type in types or item.ignorable)
             ):
                 # A stored event of a type with no registered check and no surface
                 # metadata (the bulk of a log: chunks, boundaries) needs nothing more.
@@ -197,7 +208,12 @@ class Session:
                     envelope = item.to_json() if type(item) is SessionEvent else item
                     event = SessionEvent.from_json(envelope)
                 declared = types.get(event.type)
-                if declared is not None and declared.validate is not None:
+                if declared is None:
+                    if strict and not event.ignorable:
+                        raise UnknownEventTypeError(
+                            unknown_type_at_append(event.type), event_type=event.type
+                        )
+                elif declared.validate is not None:
                     declared.validate(event.data)
                 if event.seq != index:
                     raise SeedError(
@@ -267,6 +283,10 @@ class Session:
                     declared.validate(frozen)
                 if declared.ignorable:
                     ignorable = True
+            elif not ignorable and self._hooks.refuse_unknown_types:
+                raise UnknownEventTypeError(
+                    unknown_type_at_append(type), event_type=type, seq=len(log)
+                )
             if self._busy:
                 raise ReentrantAppendError(
                     "append was called from inside a hook of the same session"
@@ -363,7 +383,10 @@ class Session:
         stay, so registered checks still run on later appends. The ledger calls this when
         the session leaves it (``release``, ``delete``, ``close``); later appends are
         neither checked by its plugins nor stored."""
-        self._hooks = SessionHooks(event_types=self._hooks.event_types)
+        hooks = self._hooks
+        self._hooks = SessionHooks(
+            event_types=hooks.event_types, refuse_unknown_types=hooks.refuse_unknown_types
+        )
 
     def event_at(self, seq: int) -> SessionEvent:
         """Return the event with *seq* without copying the log."""

@@ -38,6 +38,7 @@ def _fail(code: str, message: str) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     try:
         from sessionledger.cli import app
+        from sessionledger.cli.plugins import load_plugins
         from sessionledger.cli.stores import resolve_store_url
     except ModuleNotFoundError as error:
         if (error.name or "").partition(".")[0] == "rich":
@@ -50,6 +51,7 @@ def _run(argv: Sequence[str] | None) -> int:
         args = app.parse(argv)
         command = app.command_function(args.command)
         args.store_url = resolve_store_url(args.store) if args.command != "copy" else None
+        args.plugins = load_plugins(args.plugin_specs)
         return asyncio.run(command(args))
     except app.CommandError as error:
         return _fail(error.code, str(error))

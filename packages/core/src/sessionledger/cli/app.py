@@ -37,6 +37,12 @@ STORE_HELP = (
 )
 
 
+PLUGIN_HELP = (
+    "load a plugin that is not published as an entry point (its event types, its "
+    "backends); MODULE:ATTR names a plugin object, module or class; repeatable"
+)
+
+
 class CommandError(Exception):
     """A failure of the command line itself, reported like a ``LedgerError``
     (``error: CODE: message``, exit 2).
@@ -73,8 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with 'sessionledger demo', then try the commands it suggests.",
     )
     parser.add_argument("--store", metavar="URL", default=None, help=STORE_HELP)
+    parser.add_argument(
+        "--plugin",
+        dest="plugins_before",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help=PLUGIN_HELP,
+    )
     common = _Parser(add_help=False)
     common.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=STORE_HELP)
+    # A separate destination: the sub-parser's namespace would replace the list given
+    # before the command name; parse() joins the two.
+    common.add_argument(
+        "--plugin",
+        dest="plugins_after",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help=PLUGIN_HELP,
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -159,5 +183,10 @@ def command_function(name: str) -> Command:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse *argv* (``sys.argv[1:]`` when None); mistakes raise ``UsageError``."""
-    return build_parser().parse_args(argv)
+    """Parse *argv* (``sys.argv[1:]`` when None); mistakes raise ``UsageError``.
+
+    ``args.plugin_specs`` lists every ``--plugin``, before and after the command name.
+    """
+    args = build_parser().parse_args(argv)
+    args.plugin_specs = [*args.plugins_before, *args.plugins_after]
+    return args

@@ -2,10 +2,10 @@
 
 ``verify`` never writes. For each session it reads the log as stored (``read_from``),
 validates it the way a resume would (``inspect``: envelopes, message shapes, the
-surface rules, known event types) and runs the invariants' ``check_log`` over the
-stored events. Anything found is a problem and the command exits 1. A turn left open
-is only a note: it is what a crash (or a session still running) leaves, and a resume
-closes it.
+surface rules) and runs the invariants' ``check_log`` over the stored events. Anything
+found is a problem and the command exits 1. A turn left open is only a note: it is what
+a crash (or a session still running) leaves, and a resume closes it. So are events of
+types no loaded plugin declares: they are read as stored and not checked.
 """
 
 from __future__ import annotations
@@ -103,6 +103,9 @@ async def verify_session(
         report.problems.append(_problem(error))
         return report
     report.events = len(stored)
+    unknown = _unknown_types_note(store, stored)
+    if unknown is not None:
+        report.notes.append(unknown)
     try:
         view = await store.inspect(session_id)
     except LedgerError as error:
@@ -127,6 +130,28 @@ async def verify_session(
                 Problem(violation.seq, str(violation.rule), str(violation.message))
             )
     return report
+
+
+def _unknown_types_note(store: SessionPersistence, events: Sequence[SessionEvent]) -> str | None:
+    """Say which events are of types no loaded plugin declares: kept as stored, read
+    uninterpreted, and not checked (SPEC §2.4); a resume refuses the non-ignorable ones."""
+    known = store.event_types.declarations
+    unknown: dict[str, list[int]] = {}
+    for event in events:
+        if event.type not in known:
+            unknown.setdefault(event.type, []).append(event.seq)
+    if not unknown:
+        return None
+    count = sum(len(seqs) for seqs in unknown.values())
+    listed = ", ".join(
+        f"{name} (seq {seqs[0]}{f' and {len(seqs) - 1} more' if len(seqs) > 1 else ''})"
+        for name, seqs in sorted(unknown.items())
+    )
+    return (
+        f"{plural(count, 'event')} of a type no loaded plugin declares, not checked: "
+        f"{listed}; load the plugin that declares it (an entry point, or --plugin "
+        "module:attribute) to check it, and to resume the session"
+    )
 
 
 class _Collect(logging.Handler):
@@ -164,7 +189,7 @@ async def verify(args: argparse.Namespace) -> int:
     check_log = load_check_log()
     reports: list[SessionReport] = []
     skipped: list[str] = []
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         ids: list[str] = list(args.ids)
         if not ids:
             with _collected_warnings() as skipped:
@@ -218,7 +243,7 @@ async def repair(args: argparse.Namespace) -> int:
     damaged log back to its longest intact prefix instead, moving the rest aside."""
     if args.salvage:
         return await _salvage(args)
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         before = await store.read_from(args.id, 0)
         view = await store.inspect(args.id)
         after = view.events
@@ -259,7 +284,7 @@ async def repair(args: argparse.Namespace) -> int:
 
 async def _salvage(args: argparse.Namespace) -> int:
     """``repair --salvage ID``: the one way past corruption, and only on request."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         report = await store.salvage(args.id, dry_run=args.dry_run)
     if args.json:
         write_json(

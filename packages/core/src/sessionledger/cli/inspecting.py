@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.metadata
 from collections import Counter
 from collections.abc import Sequence
@@ -53,8 +54,11 @@ __all__ = [
 ]
 
 
-#: Below this console width ``ls`` leaves out the creation time.
-WIDE_LS = 100
+#: ``ls`` shows the creation time only when the title keeps at least this much room.
+TITLE_ROOM_FOR_CREATED = 20
+
+#: The title column is never narrower than this (a narrow terminal wraps the table).
+TITLE_MIN = 8
 
 
 def open_turn(events: Sequence[SessionEvent]) -> int | None:
@@ -73,7 +77,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
     url: str = args.store_url
     rows: list[dict[str, Any]] = []
     if not store_is_missing(url):
-        async with opened_store(url) as store:
+        async with opened_store(url, plugins=args.plugins) as store:
             for info in await store.list_snapshots():
                 header = info.header
                 row: dict[str, Any] = {
@@ -105,43 +109,102 @@ async def list_sessions(args: argparse.Namespace) -> int:
     if not rows:
         console.print(f"no sessions in {url}", markup=False)
         return 0
-    title = f"{plural(len(rows), 'session')} in {url}"
-    table = Table(title=title, title_justify="left", expand=False)
-    # Ids are never cut (they are what the other commands take); the title gives way.
-    widest = max(len(row["id"]) for row in rows)
-    table.add_column("id", no_wrap=True, min_width=widest)
-    wide = console.width >= WIDE_LS
-    if wide:
-        table.add_column("created", no_wrap=True, min_width=16)
-    table.add_column("title", min_width=8)
-    table.add_column("events", justify="right", no_wrap=True, min_width=6)
-    table.add_column("last activity", no_wrap=True, min_width=16)
-    table.add_column("state", no_wrap=True, min_width=6)
-    for row in rows:
-        if row["problem"] is not None:
-            state = Text(f"unreadable ({row['problem'].split(':')[0]}); run verify", style="red")
-        elif row["openTurn"] is not None:
-            state = Text(f"turn {row['openTurn']} open", style="yellow")
-        else:
-            state = Text("closed")
-        last = row["lastActivity"]
-        cells: list[Any] = [
-            Text(row["id"]),
-            Text(row["title"] or "", no_wrap=True, overflow="ellipsis"),
-            "?" if row["events"] is None else str(row["events"]),
-            "" if last is None else local_datetime(last, seconds=False),
-            state,
-        ]
-        if wide:
-            cells.insert(1, local_datetime(row["createdAt"], seconds=False))
-        table.add_row(*cells)
-    console.print(table)
+    console.print(_ls_table(rows, f"{plural(len(rows), 'session')} in {url}", console.width))
+    broken = [f"{row['id']} ({row['problem'].split(':')[0]})" for row in rows if row["problem"]]
+    if broken:
+        console.print(
+            f"unreadable: {', '.join(broken)}; 'sessionledger verify ID' says why", markup=False
+        )
     return 0
+
+
+def _ls_state(row: dict[str, Any]) -> Text:
+    if row["problem"] is not None:
+        return Text("unreadable", style="red")  # the code is named under the table
+    if row["openTurn"] is not None:
+        return Text(f"turn {row['openTurn']} open", style="yellow")
+    return Text("closed")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _LsLayout:
+    """Which of ``ls``'s optional parts fit: creation time, title, long times."""
+
+    created: bool
+    title: int  # the title column's width; 0 leaves it out
+    short_times: bool
+
+
+def _ls_layout(rows: list[dict[str, Any]], widths: dict[str, int], width: int) -> _LsLayout:
+    """Pick the richest layout that fits *width*: ids, counts and states are never cut;
+    the creation time goes first, then the year of the times, then the title. Without
+    borders a 36-character UUID leaves a title of 8 or more in 80 columns."""
+    longest = max(5, *(len(row["title"] or "") for row in rows))
+    fixed = sum(widths.values())
+    for created, short in ((True, False), (False, False), (False, True), (False, None)):
+        columns = len(widths) + 1 + created
+        used = fixed + 16 * created - (5 if short else 0)
+        # No borders: two spaces between columns (see _ls_table).
+        room = width - used - 2 * (columns - 1)
+        if short is None:  # nothing else to give up: leave the title out
+            return _LsLayout(False, 0, True)
+        needed = TITLE_ROOM_FOR_CREATED if created else TITLE_MIN
+        if room >= needed:
+            return _LsLayout(created, min(longest, room), bool(short))
+    raise AssertionError("unreachable")
+
+
+def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
+    """Lay ``ls`` out in *width* columns (see ``_ls_layout``); a title that does not fit
+    is cut with an ellipsis."""
+    states = [_ls_state(row) for row in rows]
+    counts = ["?" if row["events"] is None else str(row["events"]) for row in rows]
+    widths = {
+        "id": max(2, *(len(row["id"]) for row in rows)),
+        "events": max(6, *(len(count) for count in counts)),
+        "last activity": 16,
+        "state": max(5, *(len(state.plain) for state in states)),
+    }
+    layout = _ls_layout(rows, widths, width)
+    if layout.title == 0:
+        title += " (titles left out: the terminal is too narrow; --json has them)"
+    table = Table(
+        title=title,
+        title_justify="left",
+        expand=False,
+        box=None,
+        pad_edge=False,
+        header_style="bold underline",
+    )
+    table.add_column("id", no_wrap=True, min_width=widths["id"])
+    if layout.created:
+        table.add_column("created", no_wrap=True, width=16)
+    if layout.title:
+        table.add_column("title", no_wrap=True, overflow="ellipsis", width=layout.title)
+    table.add_column("events", justify="right", no_wrap=True, min_width=widths["events"])
+    # Month and day without the year: 11 characters, the header too.
+    table.add_column(
+        "last active" if layout.short_times else "last activity",
+        no_wrap=True,
+        min_width=11 if layout.short_times else 16,
+    )
+    table.add_column("state", no_wrap=True, min_width=widths["state"])
+    for row, state, count in zip(rows, states, counts, strict=True):
+        last = row["lastActivity"]
+        when = "" if last is None else local_datetime(last, seconds=False)
+        cells: list[Any] = [Text(row["id"])]
+        if layout.created:
+            cells.append(local_datetime(row["createdAt"], seconds=False))
+        if layout.title:
+            cells.append(Text(row["title"] or "", no_wrap=True, overflow="ellipsis"))
+        cells += [count, when[5:] if layout.short_times else when, state]
+        table.add_row(*cells)
+    return table
 
 
 async def show(args: argparse.Namespace) -> int:
     """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         events = await store.read_from(args.id, 0)
         if args.json:
             write_jsonl(event.to_json() for event in events)
@@ -191,7 +254,7 @@ def _seq_in_range(at: int, events: tuple[SessionEvent, ...], session_id: str) ->
 
 async def messages(args: argparse.Namespace) -> int:
     """``messages ID``: the model's history (repaired view), plain or in a provider format."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         stored = await store.inspect(args.id)
     events = stored.events
     at = len(events) - 1 if args.at is None else args.at
@@ -213,7 +276,7 @@ async def messages(args: argparse.Namespace) -> int:
 
 async def transcript_command(args: argparse.Namespace) -> int:
     """``transcript ID``: what the user saw, in log order, compacted history included."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         stored = await store.inspect(args.id)
     seen = transcript(stored.events)
     if args.json:
@@ -230,7 +293,7 @@ def _line_bytes(records: list[Any]) -> int:
 
 async def stats(args: argparse.Namespace) -> int:
     """``stats ID``: events by type, surface size, bytes and the chunk-packing ratio."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         events = await store.read_from(args.id, 0)
     envelopes = [event.to_json() for event in events]
     plain = _line_bytes(envelopes)
@@ -294,7 +357,7 @@ def _distributions(ledger: Ledger) -> dict[str, str]:
 
 async def catalog(args: argparse.Namespace) -> int:
     """``catalog``: the registered event types, who registered them, and store schemes."""
-    ledger = Ledger()
+    ledger = Ledger(plugins=args.plugins)
     try:
         registry = ledger.plugins.event_types
         schemes = sorted(ledger.plugins.backends())

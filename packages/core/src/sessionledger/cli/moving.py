@@ -67,8 +67,8 @@ async def copy(args: argparse.Namespace) -> int:
     if args.source == args.target:
         raise ConfigError("--from and --to name the same store")
     async with (
-        opened_store(args.source) as source,
-        opened_store(args.target, must_exist=False) as target,
+        opened_store(args.source, plugins=args.plugins) as source,
+        opened_store(args.target, must_exist=False, plugins=args.plugins) as target,
     ):
         available = [info.header.id for info in await source.list_snapshots()]
         ids: list[str] = list(dict.fromkeys(args.ids)) if args.ids else available
@@ -135,7 +135,7 @@ async def copy(args: argparse.Namespace) -> int:
 
 async def delete(args: argparse.Namespace) -> int:
     """``delete ID``: remove a stored session and everything stored for it."""
-    async with opened_store(args.store_url) as store:
+    async with opened_store(args.store_url, plugins=args.plugins) as store:
         await store.delete(args.id)
     if args.json:
         write_json({"deleted": args.id})

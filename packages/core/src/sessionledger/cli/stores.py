@@ -88,8 +88,11 @@ def store_is_missing(url: str) -> bool:
 
 
 @asynccontextmanager
-async def opened_store(url: str, *, must_exist: bool = True) -> AsyncIterator[SessionPersistence]:
-    """Open the backend for *url* for one command and close it afterwards.
+async def opened_store(
+    url: str, *, must_exist: bool = True, plugins: Iterable[object] = ()
+) -> AsyncIterator[SessionPersistence]:
+    """Open the backend for *url* (with the event types and schemes of *plugins* besides
+    the entry points) for one command and close it afterwards.
 
     With *must_exist* (every command but ``copy``'s destination), a local store that
     does not exist is a ``ConfigError`` instead of being created: a command that only
@@ -102,7 +105,7 @@ async def opened_store(url: str, *, must_exist: bool = True) -> AsyncIterator[Se
         )
     if not must_exist:
         prepare_for_writing(url)
-    store = open_store(url)
+    store = open_store(url, plugins=plugins)
     try:
         yield store
     finally:

@@ -180,7 +180,7 @@ class ReadingClauses(ContractBase):
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_unknown_event_types_are_refused_unless_ignorable(
+    async def test_unknown_event_types_are_read_but_refused_going_live(
         self, backend_factory: BackendFactory
     ) -> None:
         wide = EventTypeRegistry.with_core()
@@ -188,17 +188,27 @@ class ReadingClauses(ContractBase):
         writer = backend_factory(event_types=wide)
         session = Session.create("unknown", clock=counting_clock())
         session.append("x/custom", {"value": 1})
+        session.append("turn/start", {"turn": 1})
         await store_log(writer, "unknown", list(session.events))
         kept = Session.create("kept", clock=counting_clock())
         kept.append("x/other", {"value": 2}, ignorable=True)
         await store_log(writer, "kept", list(kept.events))
         await writer.close()
         reader = backend_factory(event_types=EventTypeRegistry.with_core())
+        revision = await reader.revision("unknown")
+        # Reading shows the unknown event as stored (SPEC §2.4 v2) ...
+        assert same_events(list(session.events), await reader.read_from("unknown", 0))
+        viewed = await reader.inspect("unknown")
+        assert same_events(list(session.events), list(viewed.events[:2]))
+        assert [event.type for event in viewed.events[2:]] == ["turn/end"]  # in memory
+        assert "unknown" in [header.id for header in await reader.list()]
+        # ... going live refuses it, naming type and seq, and writes nothing.
         with pytest.raises(FormatUnsupportedError) as refused:
             await reader.load("unknown")
         assert refused.value.code == "UNKNOWN_EVENT_TYPE"
-        with pytest.raises(FormatUnsupportedError):
-            await reader.inspect("unknown")
+        assert refused.value.seq == 0
+        assert "'x/custom'" in str(refused.value)
+        assert await reader.revision("unknown") == revision
         stored = await reader.load("kept")
         assert stored.events[0].type == "x/other"
         assert stored.events[0].ignorable is True
