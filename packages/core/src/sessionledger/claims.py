@@ -19,7 +19,6 @@ import fcntl
 import hashlib
 import os
 import socket
-import stat
 import struct
 import weakref
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Final
 import orjson
 
 from sessionledger.errors import SessionLockedError
-from sessionledger.files import DIR_MODE, FILE_MODE
+from sessionledger.files import DIR_MODE, FILE_MODE, open_private_file
 
 __all__ = ["Claims", "claim_offset"]
 
@@ -111,13 +110,7 @@ class Claims:
         if self._fd is None:
             if self._prepare is not None:
                 self._prepare()
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
-            try:
-                if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
-                    os.fchmod(fd, FILE_MODE)
-            except BaseException:
-                os.close(fd)
-                raise
+            fd = open_private_file(self._lock_path, os.O_RDWR)
             self._fd = fd
             # A store dropped without close lets go of its claims when it is collected,
             # as a process that ends does.

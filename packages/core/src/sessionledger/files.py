@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Final
 
-__all__ = ["DIR_MODE", "FILE_MODE", "fsync_dir", "make_private_dirs"]
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "fsync_dir",
+    "make_private_dirs",
+    "missing_directories",
+    "open_private_file",
+]
 
 #: Mode of every directory a store creates.
 DIR_MODE: Final = 0o700
@@ -28,12 +36,23 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def make_private_dirs(directory: str, *, fsync: bool = False) -> None:
-    """Create *directory* and every missing parent with mode ``0700`` exactly, whatever
-    the umask (``os.makedirs`` gives only the last one its mode; the parents would get
-    the umask's, ``0777`` under umask 0). With *fsync*, each new entry is made durable
-    (fsync of its parent) before anything is created inside it. A directory created
-    meanwhile by another writer is fine; a file in the way raises ``NotADirectoryError``."""
+def open_private_file(path: str, flags: int, *, dir_fd: int | None = None) -> int:
+    """Open *path* (relative to *dir_fd* when given), creating it with mode ``0600``, and
+    return the descriptor. Never through a symbolic link (``ELOOP``); the mode is exact
+    whatever the umask took away, also for a file that already existed."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dir_fd)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def missing_directories(directory: str) -> list[str]:
+    """Return *directory* and each of its parents that does not exist yet, outermost
+    first: what must be created, in order, for *directory* to exist."""
     missing: list[str] = []
     current = directory
     while not os.path.isdir(current):
@@ -42,7 +61,16 @@ def make_private_dirs(directory: str, *, fsync: bool = False) -> None:
         if parent == current:
             break
         current = parent
-    for path in reversed(missing):
+    return missing[::-1]
+
+
+def make_private_dirs(directory: str, *, fsync: bool = False) -> None:
+    """Create *directory* and every missing parent with mode ``0700`` exactly, whatever
+    the umask (``os.makedirs`` gives only the last one its mode; the parents would get
+    the umask's, ``0777`` under umask 0). With *fsync*, each new entry is made durable
+    (fsync of its parent) before anything is created inside it. A directory created
+    meanwhile by another writer is fine; a file in the way raises ``NotADirectoryError``."""
+    for path in missing_directories(directory):
         try:
             os.mkdir(path, DIR_MODE)
         except FileExistsError:

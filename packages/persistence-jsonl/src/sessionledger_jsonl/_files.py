@@ -21,7 +21,7 @@ from typing import Final
 
 from sessionledger._failpoints import failpoint, failpoint_armed
 from sessionledger.errors import ConfigError, ResourceLimitError
-from sessionledger.files import DIR_MODE, FILE_MODE
+from sessionledger.files import DIR_MODE, FILE_MODE, missing_directories, open_private_file
 
 __all__ = [
     "DIR_MODE",
@@ -135,18 +135,11 @@ class FileSystem:
 
     def create(self, name: str, dir_fd: int, *, exclusive: bool = True) -> int:
         """Create (or, not *exclusive*, open or create) *name* for writing, mode ``0600``."""
-        flags = os.O_RDWR | os.O_CREAT | _FILE_FLAGS | (os.O_EXCL if exclusive else 0)
+        flags = os.O_RDWR | (os.O_EXCL if exclusive else 0)
         try:
-            fd = os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+            return open_private_file(name, flags, dir_fd=dir_fd)
         except OSError as error:
             raise self._refined(error, name, dir_fd) from None
-        try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
-                os.fchmod(fd, FILE_MODE)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     def write(self, fd: int, data: bytes, *, point: str | None = None) -> None:
         """Write all of *data* at the end of the file (*fd* is opened ``O_APPEND`` or new).
@@ -289,15 +282,8 @@ class FileSystem:
     def make_root(self, root: str, *, fsync: bool) -> None:
         """Create the store root and its missing parents (``0700``), each entry made
         durable (with *fsync*) before anything is created inside it."""
-        missing = []
-        current = root
-        while not os.path.isdir(current):  # above the root, the user's links are followed
-            missing.append(current)
-            parent = os.path.dirname(current)
-            if parent == current:
-                break
-            current = parent
-        for path in reversed(missing):
+        # Above the root, the user's links are followed (os.path.isdir).
+        for path in missing_directories(root):
             parent_fd = self.open_root(os.path.dirname(path))
             try:
                 with contextlib.suppress(FileExistsError):

@@ -25,7 +25,7 @@ import aiosqlite
 
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, FormatUnsupportedError
-from sessionledger.files import fsync_dir, make_private_dirs
+from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
 
 __all__ = [
     "APPLICATION_ID",
@@ -274,15 +274,10 @@ def create_file(path: str) -> None:
     """
     directory = os.path.dirname(path)
     make_private_dirs(directory, fsync=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        descriptor = os.open(path, flags, 0o600)
+        os.close(open_private_file(path, os.O_WRONLY | os.O_EXCL))
     except FileExistsError:
         return
-    try:
-        os.fchmod(descriptor, 0o600)  # exactly, whatever the umask took away
-    finally:
-        os.close(descriptor)
     fsync_dir(directory)  # the new file's entry is durable before anything is stored in it
     failpoint("sqlite.schema.after-create-file")
 

@@ -35,7 +35,7 @@ from sessionledger.errors import (
     LedgerError,
 )
 from sessionledger.events import SessionHeader
-from sessionledger.files import FILE_MODE, fsync_dir, make_private_dirs
+from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
 from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
@@ -452,9 +452,8 @@ class SqliteLogStore(LogStore):
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         digest = hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=6)
         target = f"{self.path}.quarantine-{digest.hexdigest()}-{stamp}.jsonl"
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        fd = open_private_file(target, os.O_WRONLY | os.O_EXCL)
         try:
-            os.fchmod(fd, FILE_MODE)
             os.write(fd, lines)
             os.fsync(fd)
         finally:
