@@ -5,12 +5,17 @@
 - The invariants plugin is on for every test (SPEC §10: "the test suite runs with
   invariants on"): every ledger gets an ``InvariantsPlugin`` unless the test carries the
   ``invariants_off`` marker. Child processes inherit ``SESSIONLEDGER_INVARIANTS=1``.
+- ``pg_url``: a PostgreSQL database for the tests; ``publish_event_type``: a plugin
+  published as a real entry point for one test.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+import textwrap
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,3 +71,37 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         server.stop()
+
+
+@pytest.fixture
+def publish_event_type(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str | None], str]:
+    """Publish, for one test, a real distribution on ``sys.path`` whose ``sessionledger``
+    entry point is a module declaring one event type; return the type's name (a fresh
+    one when none is given). Entry-point discovery finds it like any installed plugin."""
+
+    def publish(name: str | None = None) -> str:
+        token = uuid.uuid4().hex[:8]
+        name = name or f"fake/autoloaded-{token}"
+        module = f"fake_sessionledger_plugin_{token}"
+        directory: Path = tmp_path_factory.mktemp("dist")
+        (directory / f"{module}.py").write_text(
+            textwrap.dedent(
+                f"""
+                from sessionledger import EventType, hookimpl
+
+                @hookimpl
+                def ledger_event_types():
+                    return [EventType({name!r})]
+                """
+            )
+        )
+        dist = directory / f"{module}-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+        (dist / "entry_points.txt").write_text(f"[sessionledger]\nfake-{token} = {module}\n")
+        monkeypatch.syspath_prepend(str(directory))
+        return name
+
+    return publish

@@ -12,7 +12,6 @@ append left the log (in memory and stored) unchanged.
 from __future__ import annotations
 
 import asyncio
-import textwrap
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -109,42 +108,19 @@ def assert_resumes(resumed: tuple[SessionEvent, ...], accepted: tuple[SessionEve
     assert [event.type for event in resumed[len(accepted) :]] in ([], ["session/end-seed"])
 
 
-def install_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Publish a real distribution whose ``sessionledger`` entry point declares *name*."""
-    monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    token = uuid.uuid4().hex[:8]
-    module = f"types_plugin_{token}"
-    (tmp_path / f"{module}.py").write_text(
-        textwrap.dedent(
-            f"""
-            from sessionledger import EventType, hookimpl
-
-            @hookimpl
-            def ledger_event_types():
-                return [EventType({name!r})]
-            """
-        )
-    )
-    dist = tmp_path / f"{module}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[sessionledger]\n{module} = {module}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-
-def _entry_point_ready(way: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if way == "entry_point":
-        install_entry_point(tmp_path / "dist", monkeypatch, "plan/update")
-
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize("way", WAYS)
 async def test_a_ledger_resumes_the_plugin_events_it_accepted(
-    store: Store, way: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store,
+    way: str,
+    publish_event_type: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    (tmp_path / "dist").mkdir()
-    _entry_point_ready(way, tmp_path, monkeypatch)
-    plugins: list[object] = [] if way == "entry_point" else [Plugin(EventType("plan/update"))]
+    plugins: list[object] = [Plugin(EventType("plan/update"))]
+    if way == "entry_point":
+        monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+        publish_event_type("plan/update")
+        plugins = []
     ledger = build(way, store, plugins)
     session = ledger.create("planned")
     closed_turn(session, 1)

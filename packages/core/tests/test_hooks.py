@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import textwrap
-import uuid
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -741,44 +739,20 @@ async def test_flush_without_implementations_returns() -> None:
 # --- entry points and the autoload switch ---------------------------------------------------
 
 
-def install_fake_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Put a real distribution with a ``sessionledger`` entry point on ``sys.path``."""
-    token = uuid.uuid4().hex[:8]
-    module = f"fake_sessionledger_plugin_{token}"
-    type_name = f"fake/autoloaded-{token}"
-    (tmp_path / f"{module}.py").write_text(
-        textwrap.dedent(
-            f"""
-            from sessionledger import EventType, hookimpl
-
-            @hookimpl
-            def ledger_event_types():
-                return [EventType({type_name!r})]
-            """
-        )
-    )
-    dist = tmp_path / f"{module}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[sessionledger]\nfake-{token} = {module}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return type_name
-
-
 def test_entry_point_plugins_are_loaded_by_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    publish_event_type: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    type_name = install_fake_distribution(tmp_path, monkeypatch)
+    type_name = publish_event_type()
     assert type_name in Ledger().plugins.event_types
     assert type_name not in Ledger(load_entrypoints=False).plugins.event_types
 
 
 @pytest.mark.parametrize("value", ["1", "true", "yes"])
 def test_autoload_switch_disables_entry_points(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+    publish_event_type: Callable[[], str], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    type_name = install_fake_distribution(tmp_path, monkeypatch)
+    type_name = publish_event_type()
     monkeypatch.setenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", value)
     assert type_name not in Ledger().plugins.event_types
     assert type_name not in Ledger(load_entrypoints=True).plugins.event_types
@@ -786,17 +760,17 @@ def test_autoload_switch_disables_entry_points(
 
 @pytest.mark.parametrize("value", ["", "0"])
 def test_autoload_switch_off_values_keep_entry_points(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+    publish_event_type: Callable[[], str], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    type_name = install_fake_distribution(tmp_path, monkeypatch)
+    type_name = publish_event_type()
     monkeypatch.setenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", value)
     assert type_name in Ledger().plugins.event_types
 
 
 def test_autoload_switch_is_read_when_the_ledger_is_built(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    publish_event_type: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    type_name = install_fake_distribution(tmp_path, monkeypatch)
+    type_name = publish_event_type()
     monkeypatch.setenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", "1")
     disabled = Ledger()
     monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD")
