@@ -23,6 +23,7 @@ __all__ = [
     "make_log",
     "revision_of",
     "same_events",
+    "second_writer",
     "store_log",
 ]
 
@@ -114,6 +115,15 @@ async def store_log(
     """Create *session_id* and append *events* as one batch."""
     await backend.create(header_for(session_id))
     await backend.append(session_id, events)
+
+
+def second_writer(backend_factory: BackendFactory, first: SessionPersistence) -> SessionPersistence:
+    """Another backend object over *first*'s storage; a clause about two writers is
+    skipped for a factory that returns one shared instance."""
+    other = backend_factory()
+    if other is first:
+        pytest.skip("the factory returns one shared instance; there is no second writer")
+    return other
 
 
 async def revision_of(backend: SessionPersistence, session_id: str) -> str | None:

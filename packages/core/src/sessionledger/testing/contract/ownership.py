@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from sessionledger.errors import SessionLockedError, SessionNotFoundError
-from sessionledger.persistence import SessionPersistence
 from sessionledger.testing.contract.base import (
     BackendFactory,
     ContractBase,
@@ -23,6 +22,7 @@ from sessionledger.testing.contract.base import (
     make_log,
     revision_of,
     same_events,
+    second_writer,
     store_log,
 )
 
@@ -31,13 +31,6 @@ __all__ = ["OwnershipClauses"]
 
 def _note(seq: int) -> dict[str, Any]:
     return {"type": "kit/note", "seq": seq, "time": seq, "data": {}, "ignorable": True}
-
-
-def _second(backend_factory: BackendFactory, first: SessionPersistence) -> SessionPersistence:
-    other = backend_factory()
-    if other is first:
-        pytest.skip("the factory returns one shared instance; there is no second writer")
-    return other
 
 
 class OwnershipClauses(ContractBase):
@@ -50,7 +43,7 @@ class OwnershipClauses(ContractBase):
         events = make_log(turns=2, open_call=True)  # an open turn: a load would repair it
         owner = backend_factory()
         await store_log(owner, "held", events)
-        other = _second(backend_factory, owner)
+        other = second_writer(backend_factory, owner)
         revision = await revision_of(other, "held")
         attempts: dict[str, Callable[[], Awaitable[object]]] = {
             "load": lambda: other.load("held"),
@@ -82,7 +75,7 @@ class OwnershipClauses(ContractBase):
         split = first_turn_length(events)
         owner = backend_factory()
         await store_log(owner, "new", events[:split])
-        other = _second(backend_factory, owner)
+        other = second_writer(backend_factory, owner)
         with pytest.raises(SessionLockedError):
             await other.append("new", events[split:])
         await owner.append("new", events[split:])
@@ -94,7 +87,7 @@ class OwnershipClauses(ContractBase):
     ) -> None:
         owner = backend_factory()
         await owner.create(header_for("taken"))
-        other = _second(backend_factory, owner)
+        other = second_writer(backend_factory, owner)
         await other.create(header_for("taken"))
         events = make_log(turns=1)
         await owner.append("taken", events)
@@ -111,7 +104,7 @@ class OwnershipClauses(ContractBase):
         first = backend_factory()
         await store_log(first, "handed", events[:split])
         await first.release("handed")
-        second = _second(backend_factory, first)
+        second = second_writer(backend_factory, first)
         await second.load("handed")
         await second.append("handed", events[split:])
         with pytest.raises(SessionLockedError):
@@ -129,7 +122,7 @@ class OwnershipClauses(ContractBase):
         for session_id, events in logs.items():
             await store_log(first, session_id, events)
         await first.close()
-        second = _second(backend_factory, first)
+        second = second_writer(backend_factory, first)
         for session_id, events in logs.items():
             assert same_events(events, (await second.load(session_id)).events)
             await second.append(session_id, [])
@@ -141,7 +134,7 @@ class OwnershipClauses(ContractBase):
         first = backend_factory()
         await store_log(first, "gone", make_log(turns=1))
         await first.delete("gone")
-        second = _second(backend_factory, first)
+        second = second_writer(backend_factory, first)
         events = make_log(turns=1, seed="again")
         await store_log(second, "gone", events)
         assert same_events(events, (await first.inspect("gone")).events)
@@ -154,7 +147,7 @@ class OwnershipClauses(ContractBase):
     ) -> None:
         owner = backend_factory()
         await store_log(owner, "busy", make_log(turns=1))
-        other = _second(backend_factory, owner)
+        other = second_writer(backend_factory, owner)
         with pytest.raises(SessionLockedError):
             await other.load("busy")
         with pytest.raises(SessionNotFoundError):
