@@ -98,6 +98,16 @@ async def stored_events(url: str, session_id: str) -> list[dict[str, Any]]:
         await store.close()
 
 
+def break_first_batch(root: Path, session_id: str) -> Path:
+    """Damage a line of the first batch of a JSONL session that has intact batches after
+    it (corruption, not a torn tail); return the log's path."""
+    (log,) = [path for path in root.rglob("session.jsonl") if session_id in str(path)]
+    lines = log.read_bytes().split(b"\n")
+    lines[3] = lines[3][:-5] + b"#!?"
+    log.write_bytes(b"\n".join(lines))
+    return log
+
+
 def store_bytes(url: str) -> dict[str, bytes]:
     """Every file behind a local store, by relative path (for 'nothing was written')."""
     root = Path(url.partition(":")[2])
@@ -348,11 +358,7 @@ async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
         closed_turn(later, 1)
         await ledger.flush(later)
         closed_turn(later, 2)
-    # Damage the first of two batches: unreadable (CORRUPT), not a torn tail.
-    log = next((tmp_path / "store").glob("*/two-batches/session.jsonl"))
-    data = bytearray(log.read_bytes())
-    data[len(data) // 4] ^= 0x01
-    log.write_bytes(bytes(data))
+    break_first_batch(tmp_path, "two-batches")  # unreadable (CORRUPT), not a torn tail
     env = {**cli_env, "COLUMNS": str(columns)}
     table = run_cli(env, "--store", url, "ls")
     assert table.code == 0, table.err
@@ -403,10 +409,7 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
 ) -> None:
     url = store_url("jsonl", tmp_path)
     await fill_store(url)
-    (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
-    lines = log.read_bytes().split(b"\n")
-    lines[3] = lines[3][:-5] + b"#!?"  # in the first batch: intact batches follow it
-    log.write_bytes(b"\n".join(lines))
+    break_first_batch(tmp_path, "closed-1")
 
     result = run_cli(cli_env, "--store", url, "verify")
     assert result.code == 1
@@ -429,10 +432,8 @@ async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
 ) -> None:
     url = store_url("jsonl", tmp_path)
     await fill_store(url)
-    (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
-    lines = log.read_bytes().split(b"\n")
-    lines[3] = lines[3][:-5] + b"#!?"  # in the first batch: intact batches follow it
-    log.write_bytes(b"\n".join(lines))
+    log = break_first_batch(tmp_path, "closed-1")
+    broken_log = log.read_bytes()
     damaged = store_bytes(url)
     # Never automatic: a plain repair refuses, and a dry run only tells.
     assert_user_error(run_cli(cli_env, "--store", url, "repair", "closed-1"), "CORRUPT")
@@ -448,7 +449,7 @@ async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
     assert moved.parent == log.parent
     assert moved.name.startswith("session.jsonl.quarantine-")
     # The quarantine holds the cut bytes exactly: everything after the header line.
-    assert moved.read_bytes() == b"\n".join(lines).split(b"\n", 1)[1]
+    assert moved.read_bytes() == broken_log.split(b"\n", 1)[1]
     assert (
         "nothing to salvage"
         in run_cli(cli_env, "--store", url, "repair", "--salvage", "closed-1").out
