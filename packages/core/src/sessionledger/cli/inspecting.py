@@ -57,7 +57,7 @@ __all__ = [
 #: ``ls`` shows the creation time only when the title keeps at least this much room.
 TITLE_ROOM_FOR_CREATED = 20
 
-#: The title column is never narrower than this (a narrow terminal wraps the table).
+#: The title column is never narrower than this; with less room it is left out.
 TITLE_MIN = 8
 
 
@@ -140,18 +140,13 @@ def _ls_layout(rows: list[dict[str, Any]], widths: dict[str, int], width: int) -
     the creation time goes first, then the year of the times, then the title. Without
     borders a 36-character UUID leaves a title of 8 or more in 80 columns."""
     longest = max(5, *(len(row["title"] or "") for row in rows))
-    fixed = sum(widths.values())
-    for created, short in ((True, False), (False, False), (False, True), (False, None)):
-        columns = len(widths) + 1 + created
-        used = fixed + 16 * created - (5 if short else 0)
-        # No borders: two spaces between columns (see _ls_table).
-        room = width - used - 2 * (columns - 1)
-        if short is None:  # nothing else to give up: leave the title out
-            return _LsLayout(False, 0, True)
-        needed = TITLE_ROOM_FOR_CREATED if created else TITLE_MIN
-        if room >= needed:
-            return _LsLayout(created, min(longest, room), bool(short))
-    raise AssertionError("unreachable")
+    for created, short_times in ((True, False), (False, False), (False, True)):
+        used = sum(widths.values()) + (16 if created else 0) - (5 if short_times else 0)
+        columns = len(widths) + 1 + created  # + 1: the title
+        room = width - used - 2 * (columns - 1)  # no borders: two spaces between columns
+        if room >= (TITLE_ROOM_FOR_CREATED if created else TITLE_MIN):
+            return _LsLayout(created, min(longest, room), short_times)
+    return _LsLayout(False, 0, True)  # nothing else to give up: leave the title out
 
 
 def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
