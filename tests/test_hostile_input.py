@@ -673,11 +673,17 @@ FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "yaml", "
 #: Builtins that run code, and attributes that do (``ast.literal_eval`` parses only
 #: literals but has no place here either; SQLite extensions run native code).
 FORBIDDEN_BUILTINS = {"eval", "exec", "compile", "__import__"}
-FORBIDDEN_ATTRIBUTES = {"literal_eval", "load_extension", "enable_load_extension", "import_module"}
-#: (file, call) pairs allowed with a reason: the CLI imports its own command modules by
-#: names from its command table, never from data.
-#: The command table's own modules, and the plugins a user names with ``--plugin``.
-ALLOWED = {("cli/app.py", "import_module"), ("cli/plugins.py", "import_module")}
+FORBIDDEN_ATTRIBUTES = {
+    "literal_eval",
+    "load_extension",
+    "enable_load_extension",
+    "import_module",
+    "resolve_name",
+}
+#: (file, call) pairs allowed with a reason, never on names from stored data: the CLI
+#: imports its own command modules from its command table, and the plugins the user
+#: names with ``--plugin``.
+ALLOWED = {("cli/app.py", "import_module"), ("cli/plugins.py", "resolve_name")}
 
 
 def test_no_library_module_unpickles_or_evaluates() -> None:

@@ -10,8 +10,8 @@ instantiated without arguments. The current directory is searched first, as
 
 from __future__ import annotations
 
-import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Iterable
 
@@ -27,17 +27,13 @@ def _load(spec: str) -> object:
             f"--plugin {spec!r}: expected module:attribute, such as 'myharness.plugin:Plan'"
         )
     try:
-        module = importlib.import_module(module_name)
+        target: object = pkgutil.resolve_name(spec)
     except ImportError as error:
         raise ConfigError(f"--plugin {spec!r}: cannot import {module_name!r}: {error}") from error
-    target: object = module
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigError(
-                f"--plugin {spec!r}: module {module_name!r} has no attribute {attribute!r}"
-            ) from None
+    except AttributeError as error:  # names what is missing, also inside the module
+        raise ConfigError(f"--plugin {spec!r}: {error}") from error
+    except ValueError:
+        raise ConfigError(f"--plugin {spec!r}: not a module:attribute name") from None
     if isinstance(target, type):
         try:
             return target()
