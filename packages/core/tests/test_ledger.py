@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 from typing import Any
 
@@ -10,7 +11,9 @@ import pytest
 
 from sessionledger import (
     ConfigError,
+    EventType,
     ForkError,
+    FormatUnsupportedError,
     Ledger,
     NotLiveError,
     Session,
@@ -168,6 +171,41 @@ async def test_resume_returns_the_live_object_or_loads_and_repairs() -> None:
     with pytest.raises(SessionNotFoundError):
         await Ledger(load_entrypoints=False).resume("resumable")
     await fresh.close()
+
+
+async def test_resume_or_create_without_a_store_creates_once_then_returns_the_live_one() -> None:
+    ledger = Ledger(load_entrypoints=False)
+    session = await ledger.resume_or_create("harness", title="first start")
+    assert session.header.title == "first start"
+    assert session.seq == 0
+    assert await ledger.resume_or_create("harness", title="second start") is session
+    await ledger.close()
+    with pytest.raises(ConfigError):
+        await ledger.resume_or_create("harness")
+
+
+async def test_resume_or_create_never_creates_over_a_log_it_cannot_load() -> None:
+    # Only "nothing stored" leads to a create: a stored log that cannot go live (here:
+    # a type only the writer's plugin declared) raises, and nothing is created over it.
+    class PlanTypes:
+        @hookimpl
+        def ledger_event_types(self) -> list[EventType]:
+            return [EventType("plan/update")]
+
+    store: MemoryStore = {}
+    writer = Ledger(
+        persistence=MemoryPersistence(store=store), plugins=[PlanTypes()], load_entrypoints=False
+    )
+    (await writer.resume_or_create("kept")).append("plan/update", {"step": 1})
+    await writer.close()
+    before = copy.deepcopy(store)
+    reader = memory_ledger(store)
+    with pytest.raises(FormatUnsupportedError) as caught:
+        await reader.resume_or_create("kept")
+    assert caught.value.code == "UNKNOWN_EVENT_TYPE"
+    assert reader.get("kept") is None
+    await reader.close()
+    assert store == before
 
 
 async def test_inspect_gives_a_detached_copy_and_never_writes() -> None:

@@ -179,7 +179,7 @@ class Ledger:
         meta: Mapping[str, Any] | None = None,
     ) -> Session:
         """Create a live session. A live id raises ``SessionExistsError`` now; a stored id
-        raises it at the latest from the first flush."""
+        raises it at the latest from the first flush (``resume_or_create`` takes either)."""
         self._check_open()
         if id is not None and id in self._live:
             raise SessionExistsError("session already exists", session_id=id)
@@ -223,6 +223,35 @@ class Ledger:
             return live
         self._publish(session, stored_length=len(stored.events))
         return session
+
+    async def resume_or_create(
+        self,
+        id: str,
+        *,
+        cwd: str | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Return session *id* ready for appends, whatever its state: the live one, the
+        stored one resumed (validated, repaired durably), or a new one.
+
+        The one call a harness makes on every start, so that running it twice continues
+        the same session instead of failing. *cwd*, *title* and *meta* describe a new
+        session only; a stored session keeps the header it was created with.
+        """
+        self._check_open()
+        live = self._live.get(id)
+        if live is not None:
+            return live
+        if self._persistence is not None:
+            try:
+                return await self.resume(id)
+            except SessionNotFoundError:
+                pass  # nothing stored under this id: create it below
+            live = self._live.get(id)
+            if live is not None:  # created by another task while we looked
+                return live
+        return self.create(id, cwd=cwd, title=title, meta=meta)
 
     async def inspect(self, id: str) -> Session:
         """Return a detached session for *id*: a copy of the live one, or the stored log
@@ -382,9 +411,10 @@ class Ledger:
             first = failures[0][2]
             for session, pending, failure in failures:
                 cause = "" if failure is first else f" ({type(failure).__name__}: {failure})"
+                events = "1 committed event" if pending == 1 else f"{pending} committed events"
                 first.add_note(
-                    f"session {session.id!r}: {pending} committed events could not be "
-                    f"written before the ledger closed{cause}"
+                    f"session {session.id!r}: {events} could not be written before the "
+                    f"ledger closed{cause}"
                 )
             raise first
 

@@ -195,7 +195,9 @@ class SessionPersistence:
                 raise SessionExistsError("session already exists", session_id=session_id)
             if await self._store.read_revision(session_id) is not None:
                 raise SessionExistsError(
-                    "session already has a stored log; resume it instead", session_id=session_id
+                    "session already has a stored log: resume it (ledger.resume(id)), or use "
+                    "ledger.resume_or_create(id) to resume or create it on every start",
+                    session_id=session_id,
                 )
             self._created[session_id] = header
 

@@ -65,6 +65,32 @@ class LedgerClauses(ContractBase):
             assert [event.type for event in again.events[len(expected) :]] == ["session/end-seed"]
 
     @pytest.mark.asyncio
+    async def test_ledger_resume_or_create_continues_the_same_session_on_every_start(
+        self, backend_factory: BackendFactory
+    ) -> None:
+        # A harness's start-up, run three times: create, then resume twice (the second
+        # resume after an interrupted turn, which it repairs).
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
+            first = await ledger.resume_or_create("every-start", cwd="/srv/a", title="t")
+            assert await ledger.resume_or_create("every-start") is first
+            closed_turn(first, 1)
+            first.append("turn/start", {"turn": 2})
+            written = list(first.events)
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
+            second = await ledger.resume_or_create("every-start", title="ignored")
+            assert second.header.title == "t"
+            assert second.header.cwd == "/srv/a"
+            assert same_events(written, second.events[: len(written)])
+            closers = [event.type for event in second.events[len(written) :]]
+            assert closers == ["turn/end", "session/end-seed"]
+            closed_turn(second, 3)
+            expected = list(second.events)
+        async with Ledger(persistence=backend_factory(), load_entrypoints=False) as ledger:
+            third = await ledger.resume_or_create("every-start")
+            assert same_events(expected, third.events[: len(expected)])
+            assert [event.type for event in third.events[len(expected) :]] == ["session/end-seed"]
+
+    @pytest.mark.asyncio
     async def test_ledger_create_of_a_stored_id_fails_at_the_first_flush(
         self, backend_factory: BackendFactory
     ) -> None:
@@ -74,7 +100,7 @@ class LedgerClauses(ContractBase):
         ledger = Ledger(persistence=backend_factory(), load_entrypoints=False)
         session = ledger.create("taken")
         session.append("turn/start", {"turn": 1})
-        with pytest.raises(SessionExistsError):
+        with pytest.raises(SessionExistsError, match="resume_or_create"):
             await ledger.flush(session)
         await ledger.delete("taken")
         await ledger.close()
