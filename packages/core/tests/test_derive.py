@@ -227,6 +227,13 @@ def message_event(kind: str, text: str) -> tuple[str, Any]:
 
 
 NOISE = st.sampled_from(["turn/start", "step/start", "step/end", "turn/end", "assistant/chunk"])
+#: One payload that has the data shape of every noise type (extra fields pass).
+NOISE_DATA = {
+    "turn": 1,
+    "step": 1,
+    "reason": {"kind": "completed"},
+    "chunk": {"type": "text-delta", "index": 0, "text": "noise"},
+}
 
 
 @given(
@@ -241,7 +248,7 @@ def test_g10_interleaved_noise_does_not_change_derived_history(
         for position, kind in enumerate(kinds):
             if with_noise:
                 for type_ in noise[position]:
-                    s.append(type_, {"turn": 1, "step": 1})
+                    s.append(type_, NOISE_DATA)
             s.append(*message_event(kind, f"m{position}"), surface_op="append")
         return s.derive_messages()
 

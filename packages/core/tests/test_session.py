@@ -1166,14 +1166,14 @@ REJECTED_APPENDS: dict[str, tuple[Any, ...]] = {
     "missing surface op": ("user/message", U(), {}, SurfaceError, "MISSING_SURFACE_OP"),
     "op on non-surface type": (
         "turn/end",
-        {"turn": 1},
+        {"turn": 1, "reason": {"kind": "completed"}},
         {"surface_op": "append"},
         SurfaceError,
         "NOT_SURFACE_TYPE",
     ),
     "sources on non-surface type": (
         "turn/end",
-        {"turn": 1},
+        {"turn": 1, "reason": {"kind": "completed"}},
         {"source_event_seqs": [0]},
         SurfaceError,
         "NOT_SURFACE_TYPE",

@@ -170,7 +170,8 @@ def test_f4_gap_in_seqs_is_seq_gap() -> None:
 def test_sources_may_cite_any_earlier_event() -> None:
     s = new()
     s.append("turn/start", {"turn": 1})
-    s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta"}})
+    chunk = {"type": "text-delta", "index": 0, "text": "x"}
+    s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": chunk})
     s.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "x", "arguments": "{}"})
     s.append("tool/result", TR(), surface_op="append", source_event_seqs=[2])
     s.append("assistant/message", A(), surface_op="append", source_event_seqs=[1, 0])
@@ -449,7 +450,7 @@ def test_f17_base_session_nodes() -> None:
 def test_f18_only_brackets_give_empty_surface() -> None:
     s = new()
     for type_ in ("turn/start", "step/start", "step/end", "turn/end"):
-        s.append(type_, {"turn": 1, "step": 1})
+        s.append(type_, {"turn": 1, "step": 1, "reason": {"kind": "completed"}})
     assert s.surface.nodes == ()
     assert s.derive_messages() == []
 

@@ -27,7 +27,10 @@ def TS(turn: Any) -> Event:
 
 
 def TE(turn: Any, kind: str = "completed") -> Event:
-    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": kind}}}
+    reason: dict[str, Any] = {"kind": kind}
+    if kind == "error":
+        reason["error"] = {"code": "UNKNOWN", "message": "the model failed"}
+    return {"type": "turn/end", "data": {"turn": turn, "reason": reason}}
 
 
 def SS(turn: Any, step: Any) -> Event:

@@ -2,7 +2,8 @@
 
 ``verify`` never writes. For each session it reads the log as stored (``read_from``),
 validates it the way a resume would (``inspect``: envelopes, message shapes, the
-surface rules) and runs the invariants' ``check_log`` over the stored events. Anything
+surface rules), checks the data shapes an append would check (``sessionledger.shapes``)
+and runs the invariants' ``check_log`` over the stored events. Anything
 found is a problem and the command exits 1. A turn left open is only a note: it is what
 a crash (or a session still running) leaves, and a resume closes it. So are events of
 types no loaded plugin declares: they are read as stored and not checked.
@@ -22,9 +23,10 @@ from rich.text import Text
 from sessionledger.cli.inspecting import open_turn
 from sessionledger.cli.render import event_table, make_console, plural, write_json
 from sessionledger.cli.stores import opened_store
-from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
+from sessionledger.errors import ConfigError, EventDataError, LedgerError, SessionNotFoundError
 from sessionledger.events import SessionEvent
 from sessionledger.persistence import SessionPersistence
+from sessionledger.shapes import data_shape_problem
 
 __all__ = ["Problem", "SessionReport", "load_check_log", "repair", "verify", "verify_session"]
 
@@ -124,6 +126,12 @@ async def verify_session(
                 f"turn {turn} is open (interrupted, or still running); a resume or "
                 f"'repair' appends {repaired} closing events"
             )
+    for event in stored:
+        # What an append refuses today, a log written earlier (or by another tool) may
+        # hold: loading accepts it, verify reports it (docs/events.md).
+        shape = data_shape_problem(event.type, event.data)
+        if shape is not None:
+            report.problems.append(Problem(event.seq, EventDataError.code, shape))
     if check_log is not None:
         for violation in check_log(stored):
             report.problems.append(
