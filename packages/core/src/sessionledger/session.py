@@ -27,7 +27,7 @@ from sessionledger.events import (
     parse_surface_op,
 )
 from sessionledger.registry import EventTypeRegistry, unknown_type_at_append
-from sessionledger.shapes import check_event_data
+from sessionledger.shapes import DATA_CHECKS
 from sessionledger.snapshot import MAX_SAFE_INTEGER, snapshot, string_flaw
 from sessionledger.surface import SurfaceManager
 from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
@@ -288,7 +288,9 @@ class Session:
                 raise UnknownEventTypeError(
                     unknown_type_at_append(type), event_type=type, seq=len(log)
                 )
-            check_event_data(type, frozen)
+            check = DATA_CHECKS.get(type)
+            if check is not None:
+                check(frozen)
             if self._busy:
                 raise ReentrantAppendError(
                     "append was called from inside a hook of the same session"

@@ -31,7 +31,13 @@ from sessionledger.vocabulary import (
     TURN_START,
 )
 
-__all__ = ["CHUNK_KINDS", "TURN_END_KINDS", "check_event_data", "data_shape_problem"]
+__all__ = [
+    "CHUNK_KINDS",
+    "DATA_CHECKS",
+    "TURN_END_KINDS",
+    "check_event_data",
+    "data_shape_problem",
+]
 
 #: ``turn/end`` ``reason.kind`` values (``interrupted`` is what crash repair writes).
 TURN_END_KINDS: Final = ("completed", "aborted", "error", "max-tokens", "blocked", "interrupted")
@@ -175,7 +181,35 @@ _CHUNK_CHECKS: Final[dict[object, Callable[[FrozenDict], None]]] = {
 }
 
 
-def _check_chunk(data: object) -> None:
+_DELTAS: Final = frozenset(("text-delta", "reasoning-delta"))
+
+
+def _check_chunk(data: Any) -> None:
+    # Chunks are most of a session's events: a valid text or reasoning delta passes this
+    # one inline test on the append hot path; anything else gets the full check and its
+    # precise message. (Frozen data holds no dict but FrozenDict, and only a dict takes a
+    # str subscript, so the subscripts themselves prove *data* and *chunk* are objects.)
+    try:
+        chunk = data["chunk"]
+        turn = data["turn"]
+        step = data["step"]
+        if (
+            chunk["type"] in _DELTAS
+            and type(chunk["text"]) is str
+            and type(index := chunk["index"]) is int
+            and index >= 0
+            and type(turn) is int
+            and turn >= 1
+            and type(step) is int
+            and step >= 1
+        ):
+            return
+    except (KeyError, TypeError):
+        pass  # a missing field, or not an object: the full check says which
+    _check_any_chunk(data)
+
+
+def _check_any_chunk(data: object) -> None:
     chunk = _turn_step(ASSISTANT_CHUNK, data).get("chunk")
     check = _CHUNK_CHECKS.get(chunk.get("type")) if type(chunk) is FrozenDict else None
     if check is None or type(chunk) is not FrozenDict:
@@ -232,8 +266,10 @@ def _check_end_seed(data: object) -> None:
     _object(SESSION_END_SEED, data)
 
 
-#: Type → check of its data (the message inside is checked by the message shape rules).
-_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
+#: Core type → the check of its data, which raises ``EventDataError`` (the message
+#: inside a message event is checked by the message shape rules). ``Session.append``
+#: looks a type up here directly: it is on the hot path.
+DATA_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     TURN_START: _check_turn_start,
     TURN_END: _check_turn_end,
     STEP_START: _check_step(STEP_START),
@@ -250,7 +286,7 @@ _CHECKS: Final[dict[str, Callable[[Any], None]]] = {
 def check_event_data(event_type: str, data: Any) -> None:
     """Raise ``EventDataError`` when *data* (frozen) breaks the shape of core type
     *event_type*; other types pass."""
-    check = _CHECKS.get(event_type)
+    check = DATA_CHECKS.get(event_type)
     if check is not None:
         check(data)
 
