@@ -3,6 +3,7 @@ helpers, and the demo's scripted model and harness."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from sessionledger import Ledger
 from sessionledger.cli import app
-from sessionledger.cli.demo import compact_turn
+from sessionledger.cli.demo import command_prefix, compact_turn
 from sessionledger.cli.demo_agent import (
     PACKAGE_JSON,
     TURN_1_PROMPT,
@@ -173,3 +174,22 @@ def test_first_difference_finds_header_length_and_event_changes() -> None:
         first_difference(original, StoredSession(header, edited.events, "r1"))
         == "event seq 1 differs"
     )
+
+
+def test_the_demo_names_a_command_the_users_own_shell_can_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    script = Path(sys.executable).parent / "sessionledger"
+    assert script.exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(script.parent))
+    monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)
+    assert command_prefix() == "sessionledger"  # the user's shell finds this very script
+    # Under nox the environment is on PATH for the session only: name the script itself.
+    monkeypatch.setenv("NOX_CURRENT_SESSION", "demo")
+    assert command_prefix() == str(script)
+    monkeypatch.chdir(script.parent.parent)
+    assert command_prefix() == str(Path("bin") / "sessionledger")
+    monkeypatch.setenv("PATH", str(tmp_path))  # a shell that finds no sessionledger at all
+    monkeypatch.delenv("NOX_CURRENT_SESSION")
+    assert command_prefix() == str(Path("bin") / "sessionledger")

@@ -185,20 +185,23 @@ def _describe_closer(event: SessionEvent) -> str:
 
 
 def command_prefix() -> str:
-    """Return how the user can run this command line again from the current directory.
+    """Return how the user can run this command line again, in their own shell, from the
+    current directory.
 
-    ``sessionledger`` when that is what the shell finds; otherwise the console script of
-    this interpreter's environment (after ``nox -s demo`` it lives in ``.nox/demo/bin``).
+    ``sessionledger`` when that is what their shell finds; otherwise the console script
+    of this interpreter's environment. Under nox (``nox -s demo``) the environment's
+    ``bin`` is on ``PATH`` only for the session, never in the user's shell, so the
+    script is named by its path (``.nox/demo/bin/sessionledger``).
     """
     script = Path(sys.executable).parent / "sessionledger"
-    found = shutil.which("sessionledger")
+    found = None if os.environ.get("NOX_CURRENT_SESSION") else shutil.which("sessionledger")
     if found is not None and (not script.exists() or Path(found).resolve() == script.resolve()):
         return "sessionledger"
     if script.exists():
         try:
-            return str(script.relative_to(Path.cwd()))
+            return shlex.quote(str(script.relative_to(Path.cwd())))
         except ValueError:
-            return str(script)
+            return shlex.quote(str(script))
     return f"{shlex.quote(sys.executable)} -m sessionledger"
 
 
