@@ -2,8 +2,8 @@
 
 - hypothesis profiles: ``dev`` (default) and ``ci`` (more examples; chosen by ``CI`` or
   ``HYPOTHESIS_PROFILE``).
-- The invariants plugin is on for every test (SPEC §10: "the test suite runs with
-  invariants on"): every ledger gets an ``InvariantsPlugin`` unless the test carries the
+- The invariants plugin is on for every test (docs/plugins.md, "the invariants plugin"):
+  every ledger gets an ``InvariantsPlugin`` unless the test carries the
   ``invariants_off`` marker. Child processes inherit ``SESSIONLEDGER_INVARIANTS=1``.
 - ``pg_url``: a PostgreSQL database for the tests; ``publish_event_type``: a plugin
   published as a real entry point for one test.

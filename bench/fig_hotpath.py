@@ -5,7 +5,7 @@
    ``list.append(orjson.loads(orjson.dumps(data)))`` on the same payloads; without and
    with the invariants plugin, and the two against each other.
 2. ``derive_messages()`` right after one append, on a 1k-event and a 100k-event log with
-   the same 1,000-message surface (the rest chunks), SPEC §5.1: cost ratio ≤ 1.3.
+   the same 1,000-message surface (the rest chunks); the goal is a cost ratio ≤ 1.3.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ async def _ours(kind: Kind, stores: _Stores) -> float:
     start = time.perf_counter()
     session = await ledger.resume(SESSION_ID)
     elapsed = time.perf_counter() - start
-    # A cold resume appends a `session/end-seed` marker once (SPEC §3.4), so the first
+    # A cold resume appends a `session/end-seed` marker once (docs/reading.md), so the first
     # (warm-up) load stores one more event than the workload has.
     if session.seq < stores.count:
         raise AssertionError(f"{kind}: loaded {session.seq} events, stored {stores.count}")

@@ -58,7 +58,7 @@ RAW_SELECT: Final = (
     "WHERE session_id = ? ORDER BY seq"
 )
 
-#: Row caps per backend (SPEC §9): what the backend's packer is given.
+#: Row caps per backend (docs/formats.md, "chunk rows"): what the backend's packer is given.
 CAPS: Final[dict[str, tuple[int | None, int | None]]] = {
     "memory": (MemoryLogStore.max_row_members, MemoryLogStore.max_row_bytes),
     "jsonl": (JsonlLogStore.max_row_members, JsonlLogStore.max_row_bytes),

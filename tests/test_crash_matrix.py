@@ -277,7 +277,7 @@ async def read_only_view(store: Store) -> tuple[tuple[SessionEvent, ...] | None,
     stored prefix from ``read_from``.
     """
     # The first use of a SQLite file the child left pristine or half-initialized sets it
-    # up (SPEC §17.15): that write is allowed, a write to an initialized store is not.
+    # up: that write is allowed, a write to an initialized store is not.
     before_files = store.data_files() if store.initialized() else None
     before = store.snapshot()
     backend = open_store(store.url, plugins=[store.plugin()], load_entrypoints=False)

@@ -1,4 +1,4 @@
-"""Many live sessions, few descriptors (SPEC §11.4), on the file-based backends.
+"""Many live sessions, few descriptors (docs/durability.md), on the file-based backends.
 
 A writer's claim is a byte lock in one store-wide lock file, so holding 1,000 sessions
 live needs no descriptor per session; running out of descriptors is a typed error, and

@@ -1,4 +1,4 @@
-"""What a ledger accepts, it can read back (SPEC §2.4 v2, §17.18 v2), on every backend and
+"""What a ledger accepts, it can read back (docs/plugins.md), on every backend and
 for every way of building a ledger.
 
 The ways: ``Ledger.open(url, plugins=…)``; ``Ledger(persistence=Backend(…), plugins=…)``;

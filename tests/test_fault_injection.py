@@ -184,7 +184,7 @@ async def test_a_full_disk_fails_the_flush_and_loses_nothing(kind: str, tiny_fs:
 
 
 def assert_disk_full(error: BaseException) -> None:
-    """The specific, typed refusal of a full disk (SPEC §11.4, §11.5)."""
+    """The specific, typed refusal of a full disk (``ResourceLimitError``, docs/errors.md)."""
     assert isinstance(error, ResourceLimitError), repr(error)
     assert error.code == "RESOURCE_LIMIT"
     assert error.errno == errno.ENOSPC

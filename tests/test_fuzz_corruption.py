@@ -11,8 +11,8 @@ operation and ``load`` on it. The rules:
   exception, never a hang (a watchdog kills a case that takes longer than a minute);
 - a view holds, exactly and at its seq, every event whose stored unit the damage left
   intact: for JSONL the batches before the first damaged byte and after the last one, for
-  memory the records, for SQLite the rows the case did not change (SPEC §11.2: an intact
-  acknowledged batch is never dropped); and a JSONL view never holds an event its log did
+  memory the records, for SQLite the rows the case did not change (docs/durability.md: an
+  intact acknowledged batch is never dropped); and a JSONL view never holds an event its log did
   not (checksummed batches: the stored part of a view is a prefix of the original log);
 - ``inspect``, ``read_from`` and ``list_snapshots`` never modify storage (JSONL: the whole
   tree hashed before and after; SQLite and memory: the stored rows/records);
@@ -280,7 +280,7 @@ async def run_reads(probe: Probe) -> None:
         and not isinstance(inspected, BaseException)
     ):
         # Damage that turns a type name into an unknown one: reading shows the event as
-        # stored (SPEC §2.4), going live refuses it, naming its seq; nothing may change.
+        # stored, going live refuses it, naming its seq; nothing may change.
         assert loaded.seq is not None
         assert inspected.events[loaded.seq].type not in store.event_types
         assert probe.fingerprint() == before, "a refused load modified storage"

@@ -1,5 +1,5 @@
-"""One writer per session (SPEC §11.4), with real processes, on every backend that has files
-or a server: SQLite, JSONL and PostgreSQL.
+"""One writer per session (docs/durability.md), with real processes, on every backend that
+has files or a server: SQLite, JSONL and PostgreSQL.
 
 The oracle is exact: what the holder made durable is read back event for event, the
 refused side changed nothing (same revision), and a dead holder's session is resumed at

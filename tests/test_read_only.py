@@ -1,4 +1,4 @@
-"""Reading never writes (SPEC §11.5, §13): SQLite stores are opened read-only, an empty
+"""Reading never writes (docs/durability.md): SQLite stores are opened read-only, an empty
 file stays empty, and stores on read-only media can be read.
 
 The read-only medium is real: a tmpfs remounted read-only inside a private mount

@@ -1,4 +1,4 @@
-"""Tests for the chunk-row storage codec (SPEC §9, §17 item 11)."""
+"""Tests for the chunk-row storage codec (docs/formats.md, "chunk rows")."""
 
 from __future__ import annotations
 
@@ -611,7 +611,7 @@ def test_decoded_members_are_fresh_and_independent() -> None:
 
 
 def spec_member(record: Any) -> tuple[tuple[Any, ...], str] | None:
-    """SPEC §9 eligibility, written plainly from the text: (run key, payload) or None."""
+    """Eligibility as docs/formats.md states it, written plainly: (run key, payload) or None."""
 
     def is_object(value: Any) -> bool:
         return type(value) in (dict, FrozenDict)
@@ -664,7 +664,7 @@ def spec_row(members: list[tuple[Any, tuple[Any, ...], str]]) -> dict[str, Any]:
 
 
 def expected_records(batch: list[Any], max_members: int | None, max_bytes: int | None) -> list[Any]:
-    """The records SPEC §9 prescribes, by the slowest obvious method (re-dump every prefix)."""
+    """The records the codec must write, by the slowest obvious method (re-dump every prefix)."""
     records = as_records(batch)
     runs: list[list[Any]] = []
     for record in records:

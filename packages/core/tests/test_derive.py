@@ -1,4 +1,4 @@
-"""Derived views: model messages, transcript, time travel, request folds (SPEC §5)."""
+"""Derived views: model messages, transcript, time travel, request folds (docs/reading.md)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def text_of(message: Any) -> Any:
 
 
 def scratch(session: Session) -> list[Any]:
-    """The scratch oracle of SPEC §5.1: a fresh session seeded with the same events."""
+    """The scratch oracle: a fresh session seeded with the same events."""
     return Session.create("scratch", seed=session.events).derive_messages()
 
 
@@ -526,7 +526,7 @@ def test_h10_context_is_frozen() -> None:
 
 
 def scratch_header(events: tuple[SessionEvent, ...]) -> Any:
-    """The header fold written from SPEC §5.3: last header wins, empty parts dropped."""
+    """The header fold written from its definition: last header wins, empty parts dropped."""
     last = None
     for event in events:
         if event.type == "request/header":

@@ -1,4 +1,4 @@
-"""The event envelope, ``Replace`` and ``SessionHeader`` (SPEC §2.1, §2.2, §17.2, §17.3)."""
+"""The event envelope, ``Replace`` and ``SessionHeader`` (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -348,7 +348,7 @@ def test_from_json_rejects_malformed_sources(sources: Any) -> None:
 
 def test_from_json_leaves_log_rules_to_the_session() -> None:
     # A turn/start carrying a surface op, sources citing later seqs, duplicates: the
-    # envelope is well formed; SPEC §17.2 runs these rules when the event joins a log.
+    # envelope is well formed; these rules run when the event joins a log.
     e = SessionEvent.from_json(
         {**BASE, "surfaceOp": "append", "sourceEventSeqs": [5, 5]},
     )
@@ -554,7 +554,7 @@ def test_header_rejects_invalid_field(change: dict[str, Any]) -> None:
     ids=["nan", "set", "int key", "OrderedDict", "surrogate"],
 )
 def test_header_rejects_non_json_meta_with_header_error(meta: Any) -> None:
-    # SPEC §2.2: header validation failures raise HeaderError (the JSON error is the cause).
+    # Header validation failures raise HeaderError (the JSON error is the cause).
     with pytest.raises(HeaderError) as caught:
         SessionHeader(id="s1", created_at=0, meta=meta)
     assert caught.value.code == "BAD_HEADER"

@@ -1,4 +1,4 @@
-"""Provider request formats built from derived messages (SPEC §5.2)."""
+"""Provider request formats built from derived messages (docs/reading.md)."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def _history() -> list[Any]:
         "tool/call",
         {"turn": 2, "step": 1, "callId": "call-rm", "name": "bash", "arguments": "{}"},
     )
-    # The process dies here; a cold load repairs the log (SPEC §8) and the session goes on.
+    # The process dies here; a cold load repairs the log and the session goes on.
     log = [event.to_json() for event in session.events]
     closers = interrupted_turn_closers(log)
     session = Session.create(id="formats", seed=log + closers, clock=lambda: 2000)

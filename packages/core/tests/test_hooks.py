@@ -1,4 +1,7 @@
-"""Plugins through pluggy: validators, observers, event types, lifecycle, flush (SPEC §6)."""
+"""Plugins through pluggy: validators, observers, event types, lifecycle, flush.
+
+What each hook promises: docs/plugins.md, "the hooks".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``Ledger``: live registry, fork, resume, inspect, delete, close (SPEC §3.4, §7)."""
+"""``Ledger``: live registry, fork, resume, inspect, delete, close (docs/reading.md)."""
 
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ async def test_inspect_gives_a_detached_copy_and_never_writes() -> None:
     await ledger.close()
 
 
-# -- fork (SPEC §3.4; reference cases I1-I11) -------------------------------------------
+# -- fork (docs/reading.md, "fork"; cases I1-I11) -----------------------------------------
 
 
 async def test_fork_of_an_empty_session_is_just_the_marker() -> None:

@@ -1,4 +1,4 @@
-"""The public surface of ``sessionledger``: exports and the error table (SPEC §16)."""
+"""The public surface of ``sessionledger``: exports and the error table (docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import sessionledger
 from sessionledger import JsonValueError, LedgerError
 
-#: SPEC §16 (plus the codes §3.4, §4.1 and §2.2 give the multi-code classes).
-SPEC_CODES: dict[str, set[str]] = {
+#: Every error class and its codes, as docs/errors.md lists them.
+CODES: dict[str, set[str]] = {
     "JsonValueError": {"NOT_JSON"},
     "EventEnvelopeError": {"BAD_ENVELOPE"},
     "HeaderError": {"BAD_HEADER"},
@@ -49,17 +49,13 @@ SPEC_CODES: dict[str, set[str]] = {
     "StorageRowError": {"BAD_STORAGE_ROW"},
     "SessionLockedError": {"LOCKED"},
     "ConfigError": {"CONFIG"},
-}
-
-#: Error classes the project adds beyond the SPEC table (each documented where defined).
-EXTRA_CODES: dict[str, set[str]] = {
     "EventDataError": {"BAD_DATA"},
     "ResourceLimitError": {"RESOURCE_LIMIT"},
     "UnknownEventTypeError": {"UNKNOWN_EVENT_TYPE"},
 }
 
-#: Names SPEC says a user imports from ``sessionledger`` itself.
-SPEC_NAMES = [
+#: Names a user imports from ``sessionledger`` itself.
+PUBLIC_NAMES = [
     "APPEND",
     "SESSION_FORMAT_VERSION",
     "EventType",
@@ -80,7 +76,7 @@ SPEC_NAMES = [
     "tool_call_block",
     "tool_result",
     "user_message",
-    *SPEC_CODES,
+    *CODES,
     "LedgerError",
 ]
 
@@ -119,8 +115,8 @@ def test_all_is_sorted() -> None:
     assert sessionledger.__all__ == sorted(sessionledger.__all__, key=key)
 
 
-@pytest.mark.parametrize("name", SPEC_NAMES)
-def test_spec_names_are_exported(name: str) -> None:
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_public_names_are_exported(name: str) -> None:
     assert name in sessionledger.__all__
 
 
@@ -128,19 +124,19 @@ def test_open_store_is_exported() -> None:
     assert "open_store" in sessionledger.__all__
 
 
-def test_every_ledger_error_is_exported_with_its_spec_code() -> None:
+def test_every_ledger_error_is_exported_with_its_documented_code() -> None:
     found = library_errors()
-    assert {c.__name__ for c in found} == set(SPEC_CODES) | set(EXTRA_CODES)
+    assert {c.__name__ for c in found} == set(CODES)
     for cls in found:
         assert cls.__name__ in sessionledger.__all__
         assert getattr(sessionledger, cls.__name__) is cls
-        codes = SPEC_CODES.get(cls.__name__) or EXTRA_CODES[cls.__name__]
+        codes = CODES[cls.__name__]
         assert cls.code in codes, (cls.__name__, cls.code)
         assert cls("message").code == cls.code
 
 
-def test_spec_single_code_classes_have_exactly_that_code() -> None:
-    for name, codes in SPEC_CODES.items():
+def test_single_code_classes_have_exactly_that_code() -> None:
+    for name, codes in CODES.items():
         if len(codes) == 1:
             assert getattr(sessionledger, name).code == next(iter(codes))
 
@@ -163,7 +159,7 @@ def test_session_not_found_is_a_lookup_error() -> None:
 
 @pytest.mark.parametrize("cls", library_errors(), ids=lambda c: c.__name__)
 def test_errors_pickle_round_trip_keeps_code_and_context(cls: type[LedgerError]) -> None:
-    codes = SPEC_CODES.get(cls.__name__) or EXTRA_CODES[cls.__name__]
+    codes = CODES[cls.__name__]
     code = sorted(codes)[-1]
     context = {"path": "data.x", "line": 7, "index": 3, "rule": "turn-open"}
     error = cls("something failed", code=code, session_id="s-1", seq=12, **context)

@@ -1,4 +1,4 @@
-"""Crash repair: the closers of an interrupted turn (SPEC §8)."""
+"""Crash repair: the closers of an interrupted turn (docs/reading.md)."""
 
 from __future__ import annotations
 
@@ -345,7 +345,7 @@ def test_calls_of_an_earlier_closed_step_are_not_answered():
 
 
 def test_message_outside_a_step_keeps_its_own_step_and_closes_no_step():
-    # A malformed log (SPEC §8 is silent): the result names the requesting step.
+    # A malformed log (no rule covers it): the result names the requesting step.
     events = log(TS(1), AM(1, 3, [call("c")]))
     closers = interrupted_turn_closers(events)
     assert types(closers) == ["tool/result", "turn/end"]
@@ -425,7 +425,7 @@ def test_repaired_case_seeds_a_session_that_pairs_every_call(case):
 
 
 def test_call_left_unanswered_by_a_closed_step_stays_unanswered():
-    # SPEC §8: step/end clears pending calls, so repair never answers a call its step
+    # step/end clears pending calls, so repair never answers a call its step
     # already closed over (R7); pairing such a call is the writer's job, not repair's.
     events = R_CASES["R7"]
     session = _seeded(events + interrupted_turn_closers(events))

@@ -1,4 +1,4 @@
-"""``Session``: append, seeds, restore, the events snapshot and failure atomicity (SPEC §3)."""
+"""``Session``: append, seeds, restore, the events snapshot and failure atomicity."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_b9_surface_type_without_op_is_rejected() -> None:
 
 
 def test_b10_message_shape_is_checked_on_append() -> None:
-    # This project checks message shape on append (SPEC §2.3), unlike the reference.
+    # Message shapes are checked on append too, not only on load (docs/events.md).
     s = new()
     with pytest.raises(MessageShapeError) as caught:
         s.append(

@@ -1,4 +1,4 @@
-"""Lossless JSON values: snapshot, FrozenDict and thaw (SPEC §1, §17.1)."""
+"""Lossless JSON values: snapshot, FrozenDict and thaw (docs/events.md, "JSON values")."""
 
 from __future__ import annotations
 
@@ -648,7 +648,7 @@ def test_one_bad_value_anywhere_rejects_the_whole_value(value: Any, bad: Any, rn
 
 
 def is_json(value: Any) -> bool:
-    """SPEC §1.1 and §17.1 written as plainly as possible (recursive; small values only)."""
+    """The JSON-value rules written as plainly as possible (recursive; small values only)."""
     kind = type(value)
     if value is None or kind is bool:
         return True

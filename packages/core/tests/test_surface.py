@@ -1,4 +1,4 @@
-"""The surface: appends, replaces, provenance, ``fold_surface`` (SPEC §4, §17.7, §17.8)."""
+"""The surface: appends, replaces, provenance, ``fold_surface`` (docs/surface.md)."""
 
 from __future__ import annotations
 
@@ -639,7 +639,7 @@ def test_fold_surface_result_is_immutable_and_independent() -> None:
 
 
 def model_nodes(events: list[dict[str, Any]]) -> list[int]:
-    """The surface by its definition (SPEC §4.2), written as plainly as possible."""
+    """The surface by its definition, written as plainly as possible."""
     nodes: list[int] = []
     for event in events:
         op = event.get("surfaceOp")

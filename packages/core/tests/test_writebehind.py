@@ -1,4 +1,4 @@
-"""Write-behind controller (SPEC §11.3): fixed window, one write at a time, shared barrier."""
+"""Write-behind controller: fixed window, one write at a time, shared barrier."""
 
 from __future__ import annotations
 

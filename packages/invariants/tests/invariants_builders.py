@@ -2,8 +2,8 @@
 
 ``put(session, *events)`` appends them through the session (so through the plugin);
 ``log(*events)`` numbers them (``seq == time == index``) into ``SessionEvent``s for the
-offline check. Abbreviations follow the reference notes: TS/TE turn start/end, SS/SE step
-start/end, CH chunk, AM assistant message, TC tool call, TR tool result, UM user message.
+offline check. Abbreviations: TS/TE turn start/end, SS/SE step start/end, CH chunk, AM
+assistant message, TC tool call, TR tool result, UM user message.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def RC() -> Event:
 
 class HarnessTypes:
     """Declares the plugin types these tests append: a ledger refuses types it does not
-    know (SPEC §2.4), and the invariants leave plugin types unconstrained."""
+    know, and the invariants leave plugin types unconstrained."""
 
     @hookimpl
     def ledger_event_types(self) -> list[EventType]:

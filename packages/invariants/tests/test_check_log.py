@@ -1,4 +1,4 @@
-"""``check_log``: the same rules offline, every violation reported (SPEC §10, §17.12)."""
+"""``check_log``: the same rules offline, every violation reported."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_envelope_dicts_are_checked_like_events():
 
 
 def test_a_result_without_a_surface_op_is_held_to_the_append_rules():
-    # Session never commits one (SPEC §4.1), but a hand-made log can hold one.
+    # Session never commits one (docs/surface.md), but a hand-made log can hold one.
     bare = {key: value for key, value in TR(1, 1, "c").items() if key != "surfaceOp"}
     events = log(TS(1), bare, TE(1))
     assert [(v.seq, v.rule) for v in check_log(events)] == [(1, R.STEP_SCOPE)]

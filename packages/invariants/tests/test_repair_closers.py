@@ -1,4 +1,4 @@
-"""Crash repair's closers (SPEC §8) satisfy the invariants, offline and on resume."""
+"""Crash repair's closers satisfy the invariants, offline and on resume."""
 
 from __future__ import annotations
 

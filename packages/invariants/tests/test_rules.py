@@ -1,4 +1,4 @@
-"""Each rule of SPEC §10, accepted and refused, through a live session (cases I1 to I37)."""
+"""Each invariant rule, accepted and refused, through a live session (cases I1 to I37)."""
 
 from __future__ import annotations
 

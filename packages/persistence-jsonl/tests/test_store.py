@@ -1,4 +1,4 @@
-"""Format-specific behaviour of ``JsonlPersistence`` (SPEC §12), beyond the shared kit."""
+"""Format-specific behaviour of ``JsonlPersistence`` (docs/formats.md), beyond the shared kit."""
 
 from __future__ import annotations
 
@@ -470,7 +470,7 @@ async def test_a_second_writer_fails_fast_while_the_first_holds_the_lock(tmp_pat
 
 
 async def test_a_write_that_does_not_continue_the_log_writes_nothing(tmp_path: Path) -> None:
-    # Ownership keeps a second writer out (SPEC §11.4); the last line of defence is the
+    # Ownership keeps a second writer out (docs/durability.md); the last line of defence is the
     # write itself, which appends nothing unless the batch continues the committed log.
     events = turns("stale", 3)
     ends = [i + 1 for i, event in enumerate(events) if event.type == "turn/end"]

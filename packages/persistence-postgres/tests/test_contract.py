@@ -1,4 +1,4 @@
-"""The shared persistence contract (SPEC §14), run unchanged against ``PostgresPersistence``."""
+"""The shared persistence contract, run unchanged against ``PostgresPersistence``."""
 
 from __future__ import annotations
 

@@ -327,7 +327,7 @@ async def test_an_altered_schema_is_refused(make_store: Make, pg_url: str, pg_sc
 async def test_a_batch_that_does_not_continue_the_log_inserts_nothing(
     make_store: Make, pg_url: str, pg_schema: str
 ) -> None:
-    # The last line of defence under ownership (SPEC §11.4): the append statement itself
+    # The last line of defence under ownership: the append statement itself
     # advances next_seq only from the batch's first seq, and inserts rows only then.
     store = make_store()
     await store.create(header())

@@ -666,7 +666,7 @@ async def test_repair_computed_from_a_stale_read_deletes_nothing(tmp_path: Path)
 
 
 async def test_stale_writer_is_rejected_and_winner_rows_untouched(tmp_path: Path) -> None:
-    # Ownership keeps a second writer out (SPEC §11.4); the last line of defence is the
+    # Ownership keeps a second writer out (docs/durability.md); the last line of defence is the
     # write itself, which stores nothing unless the batch continues the log.
     path = tmp_path / "ledger.db"
     one, two = store_at(path), store_at(path)
@@ -873,7 +873,7 @@ asyncio.run(main())
 def test_a_new_database_and_its_new_parents_are_durable_before_the_first_commit(
     tmp_path: Path,
 ) -> None:
-    # SPEC §11.5: every directory entry an acknowledged write depends on is fsynced first.
+    # Every directory entry an acknowledged write depends on is fsynced first.
     # Watched from outside with strace(1): each new directory's entry (fsync of its
     # parent), then the new file's (fsync of its directory), before SQLite syncs a byte.
     strace = shutil.which("strace")

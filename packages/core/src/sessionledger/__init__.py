@@ -1,4 +1,27 @@
-"""sessionledger: an append-only, provable event ledger for LLM agent sessions."""
+"""sessionledger: an append-only, provable event ledger for LLM agent sessions.
+
+A harness appends one immutable event per fact (turns, streamed chunks, messages, tool
+calls and results) to a session; each event's ``seq`` is its position in the log. The
+model's history is derived from the log's surface, compaction shadows history instead of
+deleting it, a crash mid-turn is closed by explicit repair events, and a ``Ledger`` stores
+the log through a backend chosen by URL (``memory:``, ``jsonl:DIR``, ``sqlite:PATH``).
+
+>>> import asyncio
+>>> from sessionledger import Ledger, user_message
+>>> async def first_session():
+...     async with Ledger.open("memory:") as ledger:
+...         session = ledger.create("hello")
+...         session.append("turn/start", {"turn": 1})
+...         session.append("user/message", user_message("hi"), surface_op="append")
+...         await ledger.flush(session)  # durable from here on
+...         return session.derive_messages()
+>>> [(m["role"], m["content"][0]["text"]) for m in asyncio.run(first_session())]
+[('user', 'hi')]
+
+The user documentation is in the repository's ``docs/`` directory: ``docs/README.md``
+is the index (events, the surface, reading, durability, storage formats, errors,
+plugins, backends).
+"""
 
 from sessionledger.derive import messages_at, transcript
 from sessionledger.errors import (

@@ -1,6 +1,6 @@
 """Build a ledger's plugin manager and call its hooks with typed results.
 
-``pm.hook.x(...)`` returns ``Any`` and stops at the first exception; the SPEC wants
+``pm.hook.x(...)`` returns ``Any`` and stops at the first exception; the hooks need
 per-implementation containment (observers), registration order (flush) and the name of
 the plugin behind each result (catalog). So hooks are called here, implementation by
 implementation, and ``Any`` stops at this module's boundary.
@@ -100,7 +100,8 @@ _default_types: EventTypeRegistry | None = None
 
 def default_event_types() -> EventTypeRegistry:
     """Return the registry a backend built without one reads with: the core vocabulary
-    plus what entry-point plugins declare (SPEC §17.18). Built once, on first use."""
+    plus what entry-point plugins declare (docs/backends.md, "the policy object"). Built
+    once, on first use."""
     global _default_types  # noqa: PLW0603 - built on first use, never at import
     if _default_types is None:
         _default_types = PluginSet(make_plugin_manager()).event_types
@@ -217,7 +218,7 @@ class PluginSet:
     async def flush(self, session: Session, *, also: Awaitable[None] | None = None) -> None:
         """Run every ``ledger_flush`` together with *also* (the ledger's own write-behind);
         after all settle raise the first failure in registration order, *also* ranking
-        last (SPEC §6).
+        last (docs/plugins.md, "the hooks").
         """
         outcomes: list[BaseException | Awaitable[Any] | None] = []
         for impl in _registration_order(self.pm, "ledger_flush"):

@@ -1,4 +1,6 @@
-"""Chunk-row packing: the lossless storage codec both backends share (SPEC §9, §17 item 11).
+"""Chunk-row packing: the lossless storage codec every backend shares.
+
+The format is in docs/formats.md, "chunk rows".
 
 Providers stream token-sized deltas, each a whole ``assistant/chunk`` event whose envelope
 dwarfs its payload. Only at the storage boundary, a run of at least ``MIN_RUN`` consecutive
@@ -83,16 +85,17 @@ def pack_chunk_runs(
     """Encode one write batch as storage records, packing delta runs into rows.
 
     Each input is a ``SessionEvent`` (stored as ``event.to_json()``) or an envelope dict
-    (stored as the same object). Eligible members and run boundaries follow SPEC §9 exactly;
-    a run of ``MIN_RUN`` or more becomes one row, shorter runs stay verbatim, and record
-    order follows input order. Runs never span batches: the caller packs each batch alone.
+    (stored as the same object). Eligible members and run boundaries are those of
+    docs/formats.md, "chunk rows"; a run of ``MIN_RUN`` or more becomes one row, shorter
+    runs stay verbatim, and record order follows input order. Runs never span batches: the
+    caller packs each batch alone.
 
     ``max_members`` caps the members of a row and ``max_data_bytes`` the size of its
     ``data`` as compact UTF-8 JSON. A longer run is cut greedily into the largest prefixes
     that fit; when not even ``MIN_RUN`` members fit, the first member is stored verbatim
     and the cut restarts after it; a tail shorter than ``MIN_RUN`` stays verbatim.
 
-    Inputs must already be valid JSON (SPEC §1.1); packing validates only what decides
+    Inputs must already be valid JSON values; packing validates only what decides
     eligibility. An input whose type is a row tag raises ``StorageRowError``: stored
     verbatim, it would read back as a row.
     """
@@ -173,7 +176,7 @@ def _check_cap(name: str, value: int | None, minimum: int) -> int | None:
 
 
 def _member(event: object) -> _Member | None:
-    """Return ``(run key, seq, time, payload)`` for a packable delta, else None (SPEC §9)."""
+    """Return ``(run key, seq, time, payload)`` for a packable delta, else None."""
     cls = type(event)
     if cls is SessionEvent:
         ev: SessionEvent = event  # type: ignore[assignment]

@@ -1,4 +1,6 @@
-"""Writer claims for stores kept in local files (SPEC §11.4): one lock file, a byte each.
+"""Writer claims for stores kept in local files: one lock file, a byte each.
+
+What a claim is for: docs/durability.md, "one writer per session".
 
 A claim is an open-file-description lock (``F_OFD_SETLK``) on one byte of a store's lock
 file, at an offset derived from the session id. Every claim of one store object shares

@@ -1,9 +1,10 @@
-"""What of a stored log is committed: the read path's rules (SPEC §2.2, §2.4, §11.2).
+"""What of a stored log is committed: the read path's rules.
 
 A store hands over a ``RawLog`` as it read it; ``scan_log`` decides what it means: the
 header's format version and fields, the events of the committed region, and where a torn
-tail starts; ``salvage_point`` finds the longest intact prefix of a damaged log. The
-rules are the same for every medium, so they live here once.
+tail starts (docs/durability.md, "torn tails and corruption"); ``salvage_point`` finds
+the longest intact prefix of a damaged log. The rules are the same for every medium, so
+they live here once.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ScannedLog:
 
 def check_version(header_json: Mapping[str, Any], location: str | None) -> None:
     """Refuse a stored header of another format version before anything else is read:
-    a newer format may store everything else differently (SPEC §2.2)."""
+    a newer format may store everything else differently (docs/events.md, "the header")."""
     if not isinstance(header_json, Mapping):
         raise HeaderError("stored header is not a JSON object")
     version = header_json.get("version")
@@ -101,7 +102,8 @@ def stored_header(
 
 
 def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> ScannedLog:
-    """Apply the committed-region rule (SPEC §11.2) to a raw log.
+    """Apply the committed-region rule to a raw log (docs/durability.md, "torn tails and
+    corruption").
 
     A batch is the unit of acknowledgement. On a medium that frames its batches, the
     committed region is every batch up to the last intact one: damage in or before it
@@ -146,7 +148,7 @@ class Salvage:
 
 
 def salvage_point(session_id: str, raw: RawLog) -> Salvage | None:
-    """Find where the longest intact prefix of *raw* ends (SPEC §11.2), or None when the
+    """Find where the longest intact prefix of *raw* ends (a salvage's cut), or None when the
     whole log reads as committed (a torn tail is a load's business, not a salvage's)."""
     check_version(raw.header, raw.location)
     stored_header(raw.header, session_id, raw.location)
@@ -264,7 +266,8 @@ def check_event_types(
     location: str | None,
 ) -> None:
     """Refuse a log holding a type *registry* does not know and the event does not mark
-    ignorable (SPEC §2.4): a session going live must not act on what it cannot interpret."""
+    ignorable: a session going live must not act on what it cannot interpret (docs/plugins.md,
+    "event types, and what a ledger refuses")."""
     known = registry.declarations
     for event in events:
         if event.type not in known and not event.ignorable:

@@ -1,4 +1,7 @@
-"""Views derived from a log: model messages, the human transcript, request folds (SPEC §5)."""
+"""Views derived from a log: model messages, the human transcript, request folds.
+
+What each view shows: docs/reading.md, "derived views".
+"""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class SessionSink:
 class Durability:
     """One ledger's write-behind for each of its live sessions, writing to *persistence*.
 
-    *delay* is the write-behind window in seconds (SPEC §11.3).
+    *delay* is the write-behind window in seconds (docs/durability.md, "write-behind").
     """
 
     __slots__ = ("_delay", "_persistence", "_writers")

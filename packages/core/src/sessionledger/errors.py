@@ -75,7 +75,7 @@ class LedgerError(Exception):
 
 
 class JsonValueError(LedgerError, TypeError):
-    """A value is not a JSON value under the rules of SPEC §1.1; ``path`` names where."""
+    """A value is not a JSON value (docs/events.md, "JSON values"); ``path`` names where."""
 
     code = "NOT_JSON"
     path: str | None
@@ -93,8 +93,8 @@ class EventEnvelopeError(LedgerError):
 class EventDataError(LedgerError):
     """An event type's registered ``validate`` rejected the event's data.
 
-    Not in the SPEC §16 table: SPEC gives registered validators no error class of their
-    own, and data that is not a message is neither an envelope nor a message problem.
+    A class of its own because data that is not a message is neither an envelope nor a
+    message problem.
     """
 
     code = "BAD_DATA"
@@ -107,7 +107,7 @@ class HeaderError(LedgerError):
 
 
 class MessageShapeError(LedgerError):
-    """A message carried by a surface event breaks the shape rules of SPEC §2.3."""
+    """A message carried by a surface event breaks the shape rules (docs/events.md)."""
 
     code = "BAD_MESSAGE"
 
@@ -124,7 +124,7 @@ class SeedError(LedgerError):
 
 
 class SurfaceError(LedgerError):
-    """A surface operation or its provenance breaks the rules of SPEC §4."""
+    """A surface operation or its provenance breaks the rules of docs/surface.md."""
 
     code = "BAD_SURFACE_OP"
 
@@ -204,10 +204,10 @@ class FormatUnsupportedError(LedgerError):
 class UnknownEventTypeError(LedgerError):
     """A ledger's session was asked to append (or seed) an event of a type its ledger
     does not know and that is not marked ignorable. Refused at the append site, the log
-    unchanged, so that a ledger never accepts what it could not resume (SPEC §2.4).
+    unchanged, so that a ledger never accepts what it could not resume.
 
-    Not in the SPEC §16 table, which names only the code; ``event_type`` is the refused
-    type's name.
+    It shares its code with ``FormatUnsupportedError``, which refuses such a type in a
+    stored log on going live; ``event_type`` is the refused type's name.
     """
 
     code = "UNKNOWN_EVENT_TYPE"
@@ -235,8 +235,8 @@ class ResourceLimitError(LedgerError, OSError):
     the failed write left nothing behind: free the resource (or raise the limit) and
     retry. It is an ``OSError`` too, with ``errno`` set.
 
-    Not in the SPEC §16 table: §11.4 asks for running out of descriptors to be a typed
-    error, and a full disk is the same kind of failure.
+    Running out of descriptors is a typed error (docs/durability.md, "one writer per
+    session"), and a full disk is the same kind of failure.
     """
 
     code = "RESOURCE_LIMIT"

@@ -1,4 +1,4 @@
-"""The event envelope, surface operations and the session header (SPEC §2.1, §2.2)."""
+"""The event envelope, surface operations and the session header (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ __all__ = [
     "parse_surface_op",
 ]
 
-#: The one format version this build reads and writes (SPEC §2.2).
+#: The one format version this build reads and writes (docs/events.md, "the header").
 SESSION_FORMAT_VERSION: Final = 1
 
 #: The surface operation that adds an event's seq at the tail of the surface.
@@ -218,7 +218,8 @@ class SessionEvent(_EventFields):
         )
 
     def to_json(self) -> dict[str, Any]:
-        """Return the JSON envelope with keys in SPEC order; absent ones are omitted."""
+        """Return the JSON envelope with keys in their documented order; absent ones are
+        omitted (docs/events.md, "the envelope")."""
         out: dict[str, Any] = {
             "type": self.type,
             "seq": self.seq,
@@ -236,7 +237,7 @@ class SessionEvent(_EventFields):
 
     @classmethod
     def from_json(cls, obj: object) -> SessionEvent:
-        """Build an event from its JSON envelope, strictly: exactly the SPEC keys, typed.
+        """Build an event from its JSON envelope, strictly: exactly the envelope's keys, typed.
 
         Raises ``EventEnvelopeError`` for the envelope, ``SurfaceError`` for malformed
         surface metadata and ``JsonValueError`` for a non-JSON ``data``. Rules that need
@@ -359,12 +360,13 @@ class SessionHeader:
             try:
                 frozen = snapshot(self.meta, "meta")
             except JsonValueError as error:
-                # SPEC §2.2: every header validation failure is a HeaderError.
+                # Every header validation failure is a HeaderError.
                 raise bad(f"meta is not a JSON object: {error}") from error
             object.__setattr__(self, "meta", frozen)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the header's JSON form (SPEC key names; absent optional fields omitted)."""
+        """Return the header's JSON form (documented key names; absent optional fields
+        omitted)."""
         out: dict[str, Any] = {"version": self.version, "id": self.id, "createdAt": self.created_at}
         if self.cwd is not None:
             out["cwd"] = self.cwd

@@ -1,11 +1,11 @@
-"""Provider request formats: derived messages as OpenAI or Anthropic history (SPEC §5.2).
+"""Provider request formats: derived messages as OpenAI or Anthropic history.
 
 Both converters read the messages ``derive_messages()`` returns (frozen ``FrozenDict`` and
-tuples) or plain dicts of the same shapes (SPEC §2.3), and build fresh, plain, mutable
-``dict``/``list`` structures a harness can send or edit; nothing frozen or shared with the
-log leaks out.
+tuples) or plain dicts of the same shapes (docs/events.md, "messages"), and build fresh,
+plain, mutable ``dict``/``list`` structures a harness can send or edit; nothing frozen or
+shared with the log leaks out.
 
-Choices common to both (SPEC leaves them open):
+Choices common to both:
 
 - Blocks of an unknown type are skipped: plugins extend the block vocabulary, and a
   provider request has no place for a block it does not know. So are blocks a role cannot
@@ -98,7 +98,7 @@ def _image(block: Mapping[str, Any]) -> _Pixels | None:
 
 
 def _arguments_text(arguments: Any) -> str:
-    """Return tool-call arguments as JSON text (SPEC keeps them as the model's raw text)."""
+    """Return tool-call arguments as JSON text (the log keeps them as the model's raw text)."""
     if type(arguments) is str:
         return arguments
     return jsoncodec.dumps(arguments).decode()

@@ -1,4 +1,4 @@
-"""The hooks a sessionledger plugin can implement (SPEC §6).
+"""The hooks a sessionledger plugin can implement (docs/plugins.md, "the hooks").
 
 Implement any of them on a class or module decorated with ``@hookimpl`` and pass it to
 ``Ledger(plugins=[...])``, or publish it under the ``sessionledger`` entry-point group.
@@ -94,7 +94,7 @@ def ledger_plugins(plugins: tuple[object, ...]) -> list[object]:  # type: ignore
     Called once while a ledger is built, after entry points and explicit plugins. It lets a
     package that is installed but inactive by default (such as the invariants plugin,
     switched on by an environment variable) add a fresh, per-ledger plugin object — and
-    add nothing when the caller already registered one. Not in SPEC §6: an extension.
+    add nothing when the caller already registered one.
     """
 
 

@@ -1,7 +1,7 @@
 """Turn JSON values into compact UTF-8 bytes and back, at any nesting depth.
 
 Every backend reads and writes through this module. orjson does the work whenever it
-safely can; SPEC §1.2 requires 10,000-deep values to be stored and loaded, which orjson
+safely can; values 10,000 levels deep must be stored and loaded too, which orjson
 cannot do, so an explicit-stack encoder and parser take over for deep values.
 
 - Writing: orjson refuses lists and dicts nested deeper than about 254 levels, but it does
@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 # Passing dataclasses and datetimes through makes orjson refuse them (they are not JSON
-# values under SPEC §1.1) instead of converting them silently; valid values are unaffected.
+# values: docs/events.md, "JSON values") instead of converting them silently; valid
+# values are unaffected.
 _DUMP_OPTIONS: Final = (
     orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 )

@@ -1,4 +1,7 @@
-"""``Ledger``: the live registry of sessions, with their plugins and their store (SPEC §7)."""
+"""``Ledger``: the live registry of sessions, with their plugins and their store.
+
+What each method does: docs/reading.md, "live sessions".
+"""
 
 from __future__ import annotations
 
@@ -100,7 +103,8 @@ class Ledger:
                     f"SqlitePersistence), got {type(persistence).__qualname__}"
                 )
             # Whatever the backend was built with, it now reads with this ledger's types:
-            # a ledger can always resume what it accepted (SPEC §17.18).
+            # a ledger can always resume what it accepted (docs/backends.md, "the policy
+            # object").
             persistence.read_with(self._plugins.event_types)
         self._persistence = persistence
         self._hooks = self._plugins.session_hooks
@@ -407,7 +411,8 @@ class Ledger:
         if self._persistence is not None:
             await self._persistence.close()
         if failures:
-            # One error, naming every session whose events are lost (SPEC §11.4).
+            # One error, naming every session whose events are lost (docs/durability.md,
+            # "write-behind").
             first = failures[0][2]
             for session, pending, failure in failures:
                 cause = "" if failure is first else f" ({type(failure).__name__}: {failure})"

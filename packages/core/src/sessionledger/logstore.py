@@ -1,11 +1,11 @@
-"""``LogStore``: the storage primitives a backend implements (SPEC §11.1).
+"""``LogStore``: the storage primitives a backend implements (docs/backends.md).
 
 A store moves records and knows nothing of what they mean. Every rule that is the same
 for all media lives once in ``SessionPersistence``, which drives the store: which records
 are committed and which are a torn tail, crash repair, packing chunk runs, format and
 header checks, unknown event types, revision and stale-writer checks and how they are
-worded. ``packages/core/README.md`` ("Writing a backend") says what each primitive must
-guarantee when the process dies in the middle of it.
+worded. docs/backends.md, "the primitives", says what each primitive must guarantee when
+the process dies in the middle of it.
 
 The records a store reads and writes are JSON objects: event envelopes and packed chunk
 rows, made by the core's codec (``sessionledger.chunks``). A store keeps them exactly.
@@ -151,7 +151,7 @@ class LogStore(ABC):
     #: Whether a cut can move the records it removes aside (into a quarantine); a store
     #: that cannot refuses every cut that would remove a record.
     quarantines: bool = True
-    #: Caps for packed chunk rows (SPEC §9); None means unbounded.
+    #: Caps for packed chunk rows (docs/formats.md, "chunk rows"); None means unbounded.
     max_row_members: int | None = None
     max_row_bytes: int | None = None
 
@@ -204,7 +204,7 @@ class LogStore(ABC):
 
     @abstractmethod
     async def claim(self, session_id: str) -> None:
-        """Make this store *session_id*'s one writer (SPEC §11.4), or raise
+        """Make this store *session_id*'s one writer (docs/durability.md), or raise
         ``SessionLockedError`` naming the holder where the medium knows it.
 
         The claim holds until ``release``, ``delete_log`` or ``close``, and ends by itself

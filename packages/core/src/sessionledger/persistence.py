@@ -1,4 +1,4 @@
-"""``SessionPersistence``: the persistence contract of SPEC §11, kept once over any store.
+"""``SessionPersistence``: the persistence contract (docs/backends.md), kept once over any store.
 
 This is the policy half of a backend, the same for every medium: which records are
 committed and which are a torn tail (``sessionledger.committed``), format, identity and
@@ -99,7 +99,7 @@ class SalvageReport:
 
 
 class SessionPersistence:
-    """Durable storage for session logs (SPEC §11.1), over the primitives of *store*.
+    """Durable storage for session logs, over the primitives of *store*.
 
     - ``create(header)`` registers a header; nothing of the session is stored until the
       first non-empty ``append``. An id with a stored log raises ``SessionExistsError``.
@@ -141,7 +141,8 @@ class SessionPersistence:
 
     @property
     def event_types(self) -> EventTypeRegistry:
-        """The event types a log must stick to for going live (SPEC §2.4, §17.18)."""
+        """The event types a log must stick to for going live (docs/events.md, "the
+        event-type registry and ignorable")."""
         if self._event_types is None:
             self._event_types = default_event_types()
         return self._event_types
@@ -149,7 +150,7 @@ class SessionPersistence:
     def read_with(self, event_types: EventTypeRegistry) -> None:
         """Make *event_types* the registry this backend reads with from now on. A
         ``Ledger`` given this backend calls it with its own, so that it can always resume
-        what it accepted (SPEC §17.18); it replaces the one the backend was built with."""
+        what it accepted; it replaces the one the backend was built with."""
         if type(event_types) is not EventTypeRegistry:
             raise ConfigError(
                 f"expected an EventTypeRegistry, got {type(event_types).__qualname__}"
@@ -162,8 +163,8 @@ class SessionPersistence:
 
     @contextlib.asynccontextmanager
     async def _owning(self, session_id: str) -> AsyncIterator[None]:
-        """Hold *session_id* as its one writer for the body and after it (SPEC §11.4); a
-        claim made here is let go again when the body fails."""
+        """Hold *session_id* as its one writer for the body and after it (docs/durability.md,
+        "one writer per session"); a claim made here is let go again when the body fails."""
         fresh = session_id not in self._owned
         if fresh:
             await self._store.claim(session_id)
@@ -302,8 +303,8 @@ class SessionPersistence:
             if raw is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
             # Read from its start (every store reads everything for seq 0), a log must
-            # start at seq 0: a lost first record is committed-region damage (SPEC §11.2).
-            # Reading never refuses an unknown type: it is shown as stored (SPEC §2.4).
+            # start at seq 0: a lost first record is committed-region damage.
+            # Reading never refuses an unknown type: it is shown as stored.
             scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
             return [event for event in scan.events if event.seq >= from_seq]
 
@@ -331,7 +332,7 @@ class SessionPersistence:
 
     async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
         """Keep the longest intact prefix of a damaged log, move everything after it into
-        quarantine, and close an interrupted turn (SPEC §11.2). The only way past
+        quarantine, and close an interrupted turn (docs/durability.md). The only way past
         corruption, and never automatic: ``load`` refuses a damaged log instead. With
         *dry_run* nothing is written: the report says what would be moved (no quarantine,
         no closers counted)."""
@@ -438,7 +439,7 @@ class SessionPersistence:
     # -- the cold load ------------------------------------------------------------------
 
     async def _claim(self, session_id: str) -> None:
-        """Become *session_id*'s one writer until release, delete or close (SPEC §11.4)."""
+        """Become *session_id*'s one writer until release, delete or close."""
         if session_id not in self._owned:
             await self._store.claim(session_id)
             self._owned.add(session_id)
@@ -475,7 +476,7 @@ class SessionPersistence:
         """Read a stored log and validate it whole, closers of an interrupted turn
         included; write nothing. Only a log *going_live* must know every type (with the
         registry of *hooks*, the caller's ledger, else this backend's): a reader keeps
-        unknown events uninterpreted (SPEC §2.4)."""
+        unknown events uninterpreted."""
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
@@ -514,7 +515,8 @@ class SessionPersistence:
         return read.stored(revision), read.session
 
     async def _repair(self, scan: ScannedLog, closers: builtins.list[SessionEvent]) -> None:
-        """Commit a cold load's repair: cut the torn tail, append the closers (SPEC §8)."""
+        """Commit a cold load's repair: cut the torn tail, append the closers
+        (docs/reading.md, "resume and crash repair")."""
         failpoint("core.repair.begin")
         end = len(scan.events)
         repair = Repair(

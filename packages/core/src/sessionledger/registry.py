@@ -1,4 +1,7 @@
-"""Event types known to a ledger: the core vocabulary plus what plugins add (SPEC §2.4)."""
+"""Event types known to a ledger: the core vocabulary plus what plugins add.
+
+Why a ledger refuses the others: docs/plugins.md, "event types, and what a ledger refuses".
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Crash repair: the events that close a turn a crash left open (SPEC §8).
+"""Crash repair: the events that close a turn a crash left open.
 
 A crashed turn is closed, never truncated: its real events stay in the log and the
 closers below are appended after them. The function is pure and derives every seq,
 time and id from the log, so the same log always gets the same closers, and a log that
-already ends balanced gets none.
+already ends balanced gets none (docs/reading.md, "resume and crash repair").
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def interrupted_turn_closers(
 def _synthetic_result(
     call_id: str, entry: _Pending, turn: Any, seq: int, time: Any
 ) -> dict[str, Any]:
-    """Build the ``tool/result`` envelope that answers an interrupted call (SPEC §8 item 1)."""
+    """Build the ``tool/result`` envelope that answers an interrupted call."""
     started = entry.call_seq is not None
     message = {
         "id": f"interrupted-tool-result-{call_id}-{seq}",

@@ -1,4 +1,4 @@
-"""The relational layout of stored records, shared by the SQL backends (SPEC §13, §17.15).
+"""The relational layout of stored records, shared by the SQL backends (docs/formats.md).
 
 A ``sessions`` row holds the header columns; an ``events`` row holds one storage record:
 an event (``ignorable`` NULL or 1) or a packed chunk row (``ignorable = 0``, ``seq`` =
@@ -53,7 +53,7 @@ def member_count(record: Mapping[str, Any]) -> int:
 def event_columns(record: Mapping[str, Any]) -> tuple[Any, ...]:
     """Return ``(seq, type, time, data, source_event_seqs, surface_op, ignorable)`` for a
     storage record made by the core's ``pack_chunk_runs``."""
-    if "seq0" in record:  # a packed chunk row (SPEC §9)
+    if "seq0" in record:  # a packed chunk row (docs/formats.md, "chunk rows")
         return (
             record["seq0"],
             record["type"],
@@ -129,7 +129,7 @@ def header_columns(header: SessionHeader) -> tuple[Any, ...]:
 
 
 def header_json(row: Sequence[Any]) -> dict[str, Any]:
-    """Rebuild the header JSON (SPEC key names) from the first nine columns of a
+    """Rebuild the header JSON (documented key names) from the first nine columns of a
     ``sessions`` row, in ``header_columns`` order.
 
     A ``meta`` column that does not parse becomes ``UNPARSABLE``, which the core's header

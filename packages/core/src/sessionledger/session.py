@@ -1,4 +1,4 @@
-"""``Session``: one append-only log, its surface and its derived views (SPEC §3)."""
+"""``Session``: one append-only log, its surface and its derived views (docs/reading.md)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class SessionHooks:
 
     *refuse_unknown_types* is set for a ledger's sessions: a type *event_types* does not
     know is refused at ``append`` and in seeds unless marked ignorable, because the
-    ledger could not read it back (SPEC §2.4). A detached session accepts any type.
+    ledger could not read it back. A detached session accepts any type.
     """
 
     validators: tuple[Validator, ...] = ()
@@ -173,8 +173,8 @@ class Session:
         session = cls(header, _checked(clock))
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
-        # The store's read path decides about unknown types (SPEC §2.4: reading keeps
-        # them, going live refuses them), so restoring never refuses one.
+        # The store's read path decides about unknown types (reading keeps them, going
+        # live refuses them), so restoring never refuses one.
         session._load_seed(events, copy=False, strict=False)
         session._hooks = hooks
         return session
@@ -256,12 +256,12 @@ class Session:
     ) -> SessionEvent:
         """Validate, commit and publish one event; return the committed (frozen) event.
 
-        In order (SPEC §3.2): snapshot the data and surface metadata, check the message
-        shape and the type's registered ``validate``, refuse reentrant appends, build the
-        candidate (``seq`` = log length, ``time`` = clock), plan the surface change, run
-        the pre-commit validators (any exception vetoes and propagates), commit, then run
-        the post-commit observers (each failure is logged and contained). A failure at
-        any step before the commit leaves the session exactly as it was.
+        In order (docs/plugins.md, "the append pipeline"): snapshot the data, check the
+        message shape and the type's registered ``validate``, refuse reentrant appends,
+        build the candidate (``seq`` = log length, ``time`` = clock), plan the surface
+        change, run the pre-commit validators (any exception vetoes and propagates),
+        commit, then run the post-commit observers (each failure is logged and contained).
+        A failure at any step before the commit leaves the session exactly as it was.
         """
         if (
             builtin_type(type) is not str

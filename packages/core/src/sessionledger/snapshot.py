@@ -1,8 +1,9 @@
-"""Lossless JSON values: validate and freeze in one pass, and thaw on request (SPEC §1).
+"""Lossless JSON values: validate and freeze in one pass, and thaw on request.
 
 ``snapshot`` is on the append hot path, so it is written as one iterative loop that
 handles scalars inline and only pushes containers on its explicit stack. What it
-checked is exactly what it stores: the frozen copy is built during the same walk.
+checked is exactly what it stores: the frozen copy is built during the same walk. The
+rules are in docs/events.md, "JSON values".
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def _join(path: str, step: object) -> str:
 
 
 def snapshot(value: object, path: str = "value") -> Any:
-    """Validate *value* as JSON (SPEC §1.1) and return a frozen deep copy of it.
+    """Validate *value* as JSON and return a frozen deep copy of it.
 
     Mappings become ``FrozenDict``, sequences become ``tuple``; scalars are shared.
     Cycles are rejected, shared references are copied. Raises ``JsonValueError`` naming

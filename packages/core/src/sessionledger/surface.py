@@ -1,4 +1,4 @@
-"""The surface: the ordered seqs of the model-visible nodes (SPEC §4).
+"""The surface: the ordered seqs of the model-visible nodes (docs/surface.md).
 
 The surface changes only through ``append`` and ``Replace`` ops carried by the three
 surface types. Validation is plan-then-commit: ``plan`` checks a candidate against the
@@ -169,7 +169,7 @@ class SurfaceManager:
 
     def _check_tool_result_rewrite(self, event: SessionEvent, shadowed: list[int]) -> None:
         # A tool/result replace prunes tool output: one node, a tool/result, and only the
-        # inner content of its tool-result block may differ (SPEC §4.2).
+        # inner content of its tool-result block may differ.
         if len(shadowed) != 1:
             raise _error(
                 event, "TOOL_RESULT_REWRITE", "a tool/result replace must shadow exactly one node"

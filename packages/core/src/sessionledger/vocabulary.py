@@ -1,4 +1,4 @@
-"""The core event vocabulary, message shapes and helpers that build them (SPEC §2.3)."""
+"""The core event vocabulary, message shapes and helpers that build them (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 SESSION_END_SEED: Final = "session/end-seed"
 
-#: The only types that may carry a surface op: exactly these reach the model (SPEC §2.3).
+#: The only types that may carry a surface op: exactly these reach the model.
 SURFACE_TYPES: Final = frozenset((USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT))
 
-#: Names no event may carry: the storage tags of packed chunk rows (SPEC §9) and of the
+#: Names no event may carry: the storage tags of packed chunk rows and of the
 #: JSONL header line. An event with one of them could not be stored unambiguously.
 RESERVED_TYPES: Final = frozenset(
     ("text-chunks", "reasoning-chunks", "tool-call-chunks", "session")
@@ -235,7 +235,8 @@ def event_message(event_type: str, data: Any) -> Any:
 
 
 def check_message_shape(event_type: str, data: Any) -> None:
-    """Check the message of a surface event against SPEC §2.3; raise ``MessageShapeError``.
+    """Check the message of a surface event against the shape rules; raise
+    ``MessageShapeError`` (docs/events.md, "shape rules").
 
     Unknown block types and source kinds pass: plugins extend them.
     """

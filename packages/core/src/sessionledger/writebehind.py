@@ -1,4 +1,4 @@
-"""Per-session write-behind: batch committed events into durable writes (SPEC §11.3).
+"""Per-session write-behind: batch committed events into durable writes (docs/durability.md).
 
 One `WriteBehind` serves one live session. ``admit`` is synchronous and O(1), so the producer
 (``Session.append`` through ``ledger_committed``) never waits for storage. A fixed window opens

@@ -1,4 +1,4 @@
-"""Turn/step/tool execution invariants for sessionledger, as a pre-commit plugin (SPEC §10).
+"""Turn/step/tool execution invariants for sessionledger, as a pre-commit plugin.
 
 Enable it per ledger with ``Ledger(plugins=[InvariantsPlugin()])``, or for every ledger
 built while ``SESSIONLEDGER_INVARIANTS=1`` is set. ``check_log(events)`` checks a stored

@@ -1,7 +1,7 @@
 """Two-phase per-session checking: the base the invariants plugin and plugin authors share.
 
 A ``SessionChecker`` keeps one state per live session and moves it along the committed
-log with the hooks of SPEC §6:
+log with the hooks of docs/plugins.md:
 
 - ``ledger_validate`` computes the next state from the *committed* one and stages it,
   keyed by the candidate event (raising ``InvariantError`` vetoes the append);

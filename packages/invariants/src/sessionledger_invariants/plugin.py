@@ -1,4 +1,4 @@
-"""The invariants plugin, its offline check, and the entry-point switch (SPEC §10).
+"""The invariants plugin, its offline check, and the entry-point switch.
 
 This module is the ``sessionledger`` entry point of the package. Loading it changes
 nothing by itself: its only hook, ``ledger_plugins``, adds a fresh ``InvariantsPlugin``
@@ -33,7 +33,7 @@ _RECOVERED: Final = "_invariants_recovered"
 
 @final
 class InvariantsPlugin(SessionChecker[Trace]):
-    """Veto any append that breaks the turn/step/tool execution invariant (SPEC §10).
+    """Veto any append that breaks the turn/step/tool execution invariant.
 
     One instance per ledger keeps one ``Trace`` per live session. A violation raises
     ``InvariantError`` (code ``INVARIANT``) with ``rule`` (see ``RULES``), ``seq`` and
@@ -94,7 +94,7 @@ def check_log(events: Iterable[SessionEvent | Mapping[str, Any]]) -> list[Violat
     message)``) in log order; ``[]`` for a valid log.
 
     Never raises for a violation: after each one the check continues from the state the
-    event claims (SPEC §17.12). Used by ``sessionledger verify``.
+    event claims. Used by ``sessionledger verify``.
     """
     return InvariantsPlugin().check(events)
 

@@ -1,4 +1,4 @@
-"""The rule identifiers of the turn/step/tool invariant (SPEC §10), one per check.
+"""The rule identifiers of the turn/step/tool invariant, one per check.
 
 An ``InvariantError`` and a ``Violation`` carry one of these in ``rule``. They are stable:
 tests, log filters and the ``verify`` command may match on them, so a rule is never

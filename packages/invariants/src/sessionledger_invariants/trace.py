@@ -1,4 +1,4 @@
-"""The turn/step/tool state of one log and the pure rule that advances it (SPEC §10).
+"""The turn/step/tool state of one log and the pure rule that advances it.
 
 ``advance(trace, event)`` returns the trace after *event* or raises ``RuleBroken`` naming
 the rule, with a message saying what was expected and what was seen. It is a dict
@@ -319,7 +319,8 @@ def _not_started(data: Any) -> bool:
     """Tell whether a result is crash repair's answer to a call that never started.
 
     Such a result answers a call the model requested but the harness never recorded
-    with ``tool/call`` (SPEC §8), so it has no pending call to pair with.
+    with ``tool/call`` (docs/reading.md, "resume and crash repair"), so it has no pending
+    call to pair with.
     """
     if _field(_field(data, "error"), "code") != TOOL_NOT_STARTED:
         return False
@@ -346,7 +347,7 @@ def _tool_result(trace: Trace, event: EventView) -> Trace:
     surface_op = event.surface_op
     if isinstance(surface_op, Replace):
         # A replacement (tool-output pruning) rewrites an old result from a later turn;
-        # it answers nothing, so it needs no step and no pending call (SPEC §10).
+        # it answers nothing, so it needs no step and no pending call.
         if trace.open_turn is None:
             raise RuleBroken(
                 REPLACE_OUTSIDE_TURN,
@@ -390,7 +391,7 @@ def _in_turn(trace: Trace, event: EventView) -> Trace:
 
 
 #: Event type → its rule. Absent types (``user/message``, ``session/end-seed``, plugin
-#: types) are unconstrained: their owners bring their own rules (SPEC §10).
+#: types) are unconstrained: their owners bring their own rules (docs/plugins.md).
 TRANSITIONS: Final[Mapping[str, Callable[[Trace, EventView], Trace]]] = FrozenDict(
     {
         TURN_START: _turn_start,

@@ -1,6 +1,6 @@
 """Where the JSONL store keeps each session, and reading what is there (never writing).
 
-``ROOT/<project-key>/<encoded-id>/session.jsonl`` (SPEC §12). A session's place is the
+``ROOT/<project-key>/<encoded-id>/session.jsonl`` (docs/formats.md). A session's place is the
 pair of names below the root; every open goes through directory descriptors and refuses
 symbolic links. The id alone names a session, whatever its cwd: an index answers for ids
 this store has seen; otherwise one ``stat`` per project directory finds it (project

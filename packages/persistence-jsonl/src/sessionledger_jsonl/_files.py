@@ -2,8 +2,9 @@
 
 All names are opened relative to a directory descriptor and never through a symbolic
 link (``O_NOFOLLOW``, ``follow_symlinks=False``), so nothing is ever read, created,
-written, cut or removed outside the store root (SPEC §11.5). What the store creates gets
-its private mode explicitly (directories ``0700``, files ``0600``), whatever the umask.
+written, cut or removed outside the store root (docs/durability.md, "files and
+directories"). What the store creates gets its private mode explicitly (directories
+``0700``, files ``0600``), whatever the umask.
 The store takes a ``FileSystem`` at construction: tests hand it one that records every
 call (the power-loss harness) or fails chosen ones. Everything here blocks; the store
 runs it in worker threads. ``translate_os_error`` is the one place an ``OSError`` becomes

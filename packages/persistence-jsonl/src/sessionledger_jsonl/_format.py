@@ -1,4 +1,4 @@
-"""The JSONL log format, storage format 2 (SPEC §12): the header line, records, batches.
+"""The JSONL log format, storage format 2: the header line, records, batches.
 
 A log is ``session.jsonl``. Line 1 is the header (``{"type": "session", ...}``); every
 later line is one storage record (an event envelope or a packed chunk row), each ended by
@@ -10,9 +10,9 @@ later line is one storage record (an event envelope or a packed chunk row), each
 before the commit record, and ``crc32`` the CRC-32 of those lines' bytes (newlines
 included; the first batch's also covers the header line). A reader can so tell, batch by
 batch, whether a batch is complete and intact: one that is not, at the end of the file, is
-a torn tail; anywhere else it is damage (SPEC §11.2). A commit record has no ``type``
-key, so it can never be taken for an event. The file stays line-oriented JSON ``jq`` reads.
-Nothing here touches the file system.
+a torn tail; anywhere else it is damage. A commit record has no ``type`` key, so it can
+never be taken for an event. The file stays line-oriented JSON ``jq`` reads. Nothing here
+touches the file system. docs/formats.md, "commit records", describes it for readers.
 """
 
 from __future__ import annotations

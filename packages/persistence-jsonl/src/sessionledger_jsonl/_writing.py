@@ -1,6 +1,6 @@
 """Writing JSONL logs: publishing, appending, repairing and deleting, under a writer lock.
 
-Durability (SPEC §11.5, §12): a session appears on disk atomically (temp file, fsync,
+Durability (docs/durability.md): a session appears on disk atomically (temp file, fsync,
 ``link``, fsync of the directory, and of every directory above it up to the file
 system's root once per store); an append is one ``write`` plus ``fsync`` of a batch framed
 by its commit record, cut back to the previous size when either fails, so a retry never
@@ -183,7 +183,7 @@ class Writers:
         return True
 
     def claim(self, session_id: str) -> None:
-        """Become the session's one writer (SPEC §11.4), or raise ``SessionLockedError``."""
+        """Become the session's one writer, or raise ``SessionLockedError``."""
         self._claims.claim(session_id)
 
     def release(self, session_id: str) -> None:
@@ -235,7 +235,7 @@ class Writers:
         failpoint("jsonl.publish.after-dir-fsync")
 
     def _make_entries_durable(self, place: Place) -> None:
-        """fsync the session directory and every directory above it (SPEC §11.5)."""
+        """fsync the session directory and every directory above it."""
         if not self._fsync:
             return
         system = self._system
@@ -285,7 +285,7 @@ class Writers:
                 writer.next_seq = self._stored_next_seq(writer, fd)
             if writer.next_seq != batch.first_seq:
                 return False
-            # The first batch's checksum covers the header line (SPEC §12).
+            # The first batch's checksum covers the header line (docs/formats.md).
             body = frame_batch(batch.records, batch.first_seq, batch.end_seq, covered=writer.header)
             failpoint("jsonl.append.before-write")
             try:

@@ -1,6 +1,6 @@
 """Name the directories of the JSONL store: project keys and encoded session ids.
 
-Layout (SPEC §12): ``<root>/<project-key>/<encoded-id>/session.jsonl``. Both names are
+Layout (docs/formats.md): ``<root>/<project-key>/<encoded-id>/session.jsonl``. Both names are
 built from ``[A-Za-z0-9._-]`` plus ``~XXXX`` escapes (four uppercase hex digits of one
 UTF-16 code unit, so a character outside the Basic Multilingual Plane takes two escapes),
 which makes every name a single safe path component on any file system: no separator, no
@@ -92,7 +92,7 @@ def _hashed(escaped: str, session_id: str) -> str:
 
 
 def encode_session_id(session_id: str) -> str:
-    """Return the directory name of a session id (SPEC §12, §17 item 14).
+    """Return the directory name of a session id (docs/formats.md, "session directory names").
 
     ``[A-Za-z0-9._-]`` is kept, every other character becomes ``~XXXX`` per UTF-16 code
     unit (``a/b`` → ``a~002Fb``, ``~`` → ``~007E``), and the ids ``.`` and ``..`` become
@@ -152,7 +152,7 @@ def project_key(cwd: str | None) -> str:
     ``None`` gives ``_no-cwd``. Otherwise each run of ``/``, ``\\`` and ``:`` becomes one
     ``-``, characters outside ``[A-Za-z0-9._-]`` become ``~XXXX`` UTF-16 escapes, leading
     ``-`` are stripped, an empty slug becomes ``root``, and the slug is cut to 251
-    characters and wrapped as ``--slug--`` (SPEC §17 item 14): ``/srv/app`` →
+    characters and wrapped as ``--slug--`` (docs/formats.md, "project keys"): ``/srv/app`` →
     ``--srv-app--``, ``C:\\Users\\x`` → ``--C-Users-x--``, ``/`` → ``--root--``. The cut
     never splits an escape (nor the two escapes of one astral character), so a long slug
     may stop up to 9 characters short of 251. Raises ``ConfigError`` for an empty cwd.

@@ -1,8 +1,8 @@
 """``JsonlPersistence``: each session as one append-only JSONL file in a directory tree.
 
-Layout and format are SPEC §12: ``ROOT/<project-key>/<encoded-id>/session.jsonl`` whose
-first line is the header and every later line one storage record (an event envelope or a
-packed chunk row). ``JsonlLogStore`` implements only the storage primitives; every policy
+Layout and format (docs/formats.md): ``ROOT/<project-key>/<encoded-id>/session.jsonl``,
+whose first line is the header and every later line one storage record (an event envelope
+or a packed chunk row). ``JsonlLogStore`` implements only the storage primitives; every policy
 (committed region, torn tails, repair, version and identity checks, sequencing, how a
 refusal is worded) is the core's. Finding and reading logs is ``_directories``; writing
 them, under a per-session ``flock``, is ``_writing``.
@@ -134,7 +134,7 @@ class JsonlLogStore(LogStore):
 
 @final
 class JsonlPersistence(SessionPersistence):
-    """Store sessions as JSONL files under *root* (SPEC §12); URL ``jsonl:DIR``.
+    """Store sessions as JSONL files under *root* (docs/formats.md); URL ``jsonl:DIR``.
 
     *root* is made absolute at construction and created (mode ``0700``) on the first
     write. ``fsync=False`` skips every fsync: faster, and a power loss may then lose or

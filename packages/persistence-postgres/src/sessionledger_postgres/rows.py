@@ -61,7 +61,7 @@ revision_string = core_rows.revision_string
 
 
 def header_json(row: asyncpg.Record | Sequence[Any]) -> dict[str, Any]:
-    """Rebuild the header JSON (SPEC key names) from a ``sessions`` row."""
+    """Rebuild the header JSON (documented key names) from a ``sessions`` row."""
     return core_rows.header_json(tuple(row))
 
 

@@ -6,7 +6,7 @@ belongs to sessionledger when its ``store_info`` row says ``application =
 'sessionledger'`` and ``schema_version = SCHEMA_VERSION`` and its tables, columns and
 indexes are exactly the ones below. Anything else is refused with
 ``FormatUnsupportedError`` before anything is written: bump and reject, never a silent
-migration (SPEC §13's policy, carried over).
+migration (the SQLite store's policy, carried over; docs/formats.md).
 
 Creation is one transaction under a transaction-scoped advisory lock, so of several
 workers that start at once against an empty database one creates the schema and the
@@ -78,7 +78,7 @@ def ddl(schema: str) -> tuple[str, ...]:
     Data columns hold JSON as ``text``, byte for byte what ``jsoncodec.dumps`` wrote (the
     README explains why not ``jsonb``). Ids use the ``C`` collation: bytewise order and
     equality, whatever the database's locale. ``ignorable = 0`` marks a packed chunk row
-    (SPEC §13, §17.15); NULL or 1 an event.
+    (docs/formats.md, "SQLite"); NULL or 1 an event.
     """
     s = quote(schema)
     return (

@@ -10,8 +10,8 @@ many machines may share one store:
   re-check after the lock wait makes a stale writer insert nothing, so its batch is
   refused and the winner's rows are untouched. The primary key
   ``(session_id, seq)`` is the second guard;
-- ownership (SPEC §11.4): the one writer of a session holds a session-level advisory lock
-  on a dedicated connection of its store, from the claim (resume, load, first write)
+- ownership (docs/durability.md): the one writer of a session holds a session-level
+  advisory lock on a dedicated connection of its store, from the claim (resume, load, first write)
   until ``release``/``delete``/``close``. Any other store object, here or on another
   machine, gets ``SessionLockedError`` naming the holder (the lock connection's
   ``application_name`` carries host and pid). The server drops the lock with the
@@ -113,7 +113,7 @@ class _Statements:
             + _UNNEST.format("$12", "$13", "$14", "$15", "$16", "$17", "$18")
         )
         # Append: the stale-writer check, the revision bump and the rows in one statement
-        # (SPEC §11.4). Under READ COMMITTED a writer that waited for the row lock
+        # (docs/durability.md). Under READ COMMITTED a writer that waited for the row lock
         # re-evaluates next_seq = $3 on the winner's row version and updates nothing.
         self.advance = (
             f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1 "
@@ -214,8 +214,9 @@ class PostgresLogStore(LogStore):
         _check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
         if exclusive is not True:
             raise ConfigError(
-                f"exclusive={exclusive!r}: every session has one writer, always (SPEC "
-                "§11.4); the option remains only so that exclusive=true keeps working"
+                f"exclusive={exclusive!r}: every session has one writer, always (see "
+                "docs/durability.md); the option remains only so that exclusive=true keeps "
+                "working"
             )
         self._dsn = dsn
         self._schema = check_schema_name(schema)
@@ -271,7 +272,7 @@ class PostgresLogStore(LogStore):
                     durable = await conn.fetchval(_SYNCHRONOUS_COMMIT) != "off"
                 if not durable:
                     # The server (or the URL) acknowledges commits before they are flushed;
-                    # appends must resolve only after durability (SPEC §11.1). A startup
+                    # appends must resolve only after durability. A startup
                     # setting, unlike SET, survives the pool's RESET ALL between uses.
                     await pool.close()
                     pool = await self._create_pool({"synchronous_commit": "on"})

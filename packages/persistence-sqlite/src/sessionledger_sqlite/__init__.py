@@ -1,4 +1,4 @@
-"""sessionledger-sqlite: session logs in one SQLite database, on aiosqlite (SPEC §13).
+"""sessionledger-sqlite: session logs in one SQLite database, on aiosqlite (docs/formats.md).
 
 Open it through a URL (``Ledger.open("sqlite:path/to/ledger.db")``, ``sqlite::memory:``)
 or construct ``SqlitePersistence(path)`` and pass it as ``Ledger(persistence=...)``.

@@ -1,4 +1,4 @@
-"""The SQLite store's file: DDL, identity, pragmas, race-free creation, opening (SPEC §13).
+"""The SQLite store's file: DDL, identity, pragmas, race-free creation, opening.
 
 A database belongs to sessionledger when its ``application_id`` is ``0x534C4447``
 ("SLDG"), its ``user_version`` is ``SCHEMA_VERSION`` and its schema objects are exactly
@@ -63,7 +63,7 @@ _SESSIONS: Final = """CREATE TABLE sessions (
   next_seq         INTEGER NOT NULL
 ) STRICT"""
 
-# ``ignorable = 0`` marks a packed chunk row (SPEC §13, §17.15); NULL or 1 an event.
+# ``ignorable = 0`` marks a packed chunk row (docs/formats.md, "SQLite"); NULL or 1 an event.
 _EVENTS: Final = """CREATE TABLE events (
   session_id        TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
   seq               INTEGER NOT NULL,
@@ -81,7 +81,7 @@ _EVENTS: Final = """CREATE TABLE events (
 # (one round trip, committed atomically on its own): a row must start where the stored
 # log ends, and each row moves that end on by the events it holds (``members``: 1, or
 # the member count of a packed row). A stale writer's first row fails the check and the
-# whole statement is rolled back (SPEC §11.4). No SQL function is used: with
+# whole statement is rolled back (docs/durability.md). No SQL function is used: with
 # ``trusted_schema=OFF`` SQLite allows only innocuous ones in triggers.
 _CONTINUE: Final = """CREATE TRIGGER events_continue_the_log BEFORE INSERT ON events
 WHEN NEW.seq IS NOT (SELECT next_seq FROM sessions WHERE id = NEW.session_id)
@@ -316,7 +316,7 @@ _READ_ONLY_OPENS: Final = ("mode=ro", "mode=ro&immutable=1")
 
 
 async def open_reader(path: str, busy_timeout: float) -> aiosqlite.Connection | None:
-    """Open the database at *path* read-only, creating nothing (SPEC §11.5, §13).
+    """Open the database at *path* read-only, creating nothing (docs/durability.md).
 
     Returns None when there is nothing to read: no file, or an empty one (not yet a
     database). A database this build must not use is refused as ``open_database`` does.

@@ -1,4 +1,4 @@
-"""``SqlitePersistence``: session logs in one SQLite database, through aiosqlite (SPEC §13).
+"""``SqlitePersistence``: session logs in one SQLite database, through aiosqlite.
 
 The policy (committed region, repair, version and type checks, per-id locking, how a
 refusal is worded) is the core's; ``SqliteLogStore`` moves rows. One connection serves

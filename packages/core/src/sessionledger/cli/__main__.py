@@ -21,7 +21,7 @@ from sessionledger.errors import LedgerError
 
 __all__ = ["EXIT_USER_ERROR", "main"]
 
-#: Exit status for user mistakes and unusable stores (SPEC §15).
+#: Exit status for user mistakes and unusable stores (docs/errors.md, "on the command line").
 EXIT_USER_ERROR: Final = 2
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.

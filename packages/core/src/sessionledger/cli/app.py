@@ -1,6 +1,6 @@
 """Argument parsing and dispatch for the ``sessionledger`` command line.
 
-``--store`` is accepted before or after the command name (SPEC §17 item 16): the
+``--store`` is accepted before or after the command name (README.md, "The command line"): the
 top-level parser and every sub-parser define it, the sub-parsers with a suppressed
 default so that a value given before the command is not overwritten.
 """
@@ -47,8 +47,8 @@ class CommandError(Exception):
     """A failure of the command line itself, reported like a ``LedgerError``
     (``error: CODE: message``, exit 2).
 
-    Deliberately not a ``LedgerError``: the library's error classes are the SPEC §16
-    table, and these never leave the command line.
+    Deliberately not a ``LedgerError``: the library's error classes are those of
+    docs/errors.md, and these never leave the command line.
     """
 
     code = "COMMAND"

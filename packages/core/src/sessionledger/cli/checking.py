@@ -142,7 +142,7 @@ async def verify_session(
 
 def _unknown_types_note(store: SessionPersistence, events: Sequence[SessionEvent]) -> str | None:
     """Say which events are of types no loaded plugin declares: kept as stored, read
-    uninterpreted, and not checked (SPEC §2.4); a resume refuses the non-ignorable ones."""
+    uninterpreted, and not checked; a resume refuses the non-ignorable ones."""
     known = store.event_types.declarations
     unknown: dict[str, list[int]] = {}
     for event in events:

@@ -3,10 +3,10 @@
 Nothing here touches the network. ``ScriptedModel`` streams a scripted step as
 token-sized chunks with small, seeded timing gaps, the way a provider adapter delivers
 them; ``DemoHarness`` records everything through a live ``Session`` and flushes at the
-two boundaries that matter for crash safety (SPEC §11.3): before a model request (the
-prompt is durable before anyone pays for it) and before a tool runs (a ``tool/call`` on
-disk is what lets a crash be repaired as ``TOOL_OUTCOME_UNKNOWN`` instead of
-``TOOL_NOT_STARTED``).
+two boundaries that matter for crash safety (docs/durability.md, "write-behind"): before
+a model request (the prompt is durable before anyone pays for it) and before a tool runs
+(a ``tool/call`` on disk is what lets a crash be repaired as ``TOOL_OUTCOME_UNKNOWN``
+instead of ``TOOL_NOT_STARTED``).
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ class ScriptedModel:
         await asyncio.sleep(self._random.uniform(*self._gaps))
 
     async def stream(self, script: StepScript) -> AsyncIterator[dict[str, Any]]:
-        """Yield the chunks of one step (SPEC §2.3 ``chunk`` shapes), then usage and finish."""
+        """Yield the chunks of one step (the ``chunk`` kinds of docs/events.md), then usage
+        and finish."""
         index = 0
         produced = 0
         for kind, text in (("reasoning", script.reasoning), ("text", script.text)):
@@ -167,7 +168,8 @@ class ScriptedModel:
 
 class DemoHarness:
     """The harness loop of one session: turns, model steps and tool calls, recorded as
-    events with their provenance (SPEC §4.3) and flushed at the right boundaries."""
+    events with their provenance (docs/surface.md, "provenance") and flushed at the right
+    boundaries."""
 
     def __init__(
         self,

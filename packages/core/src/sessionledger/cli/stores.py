@@ -70,7 +70,7 @@ def prepare_for_writing(url: str) -> None:
 
 
 def _local_path(url: str) -> Path | None:
-    """Return the file or directory behind a ``sqlite:``/``jsonl:`` URL (SPEC §12, §13)."""
+    """Return the file or directory behind a ``sqlite:``/``jsonl:`` URL (docs/formats.md)."""
     scheme, _, rest = url.partition(":")
     if scheme not in ("sqlite", "jsonl") or not rest or rest == ":memory:":
         return None

@@ -1,7 +1,7 @@
 """Hypothesis strategies for sessionledger values, storage batches and session logs.
 
-Shared by the core tests and by any backend's tests: JSON values as SPEC §1.1 defines
-them, write batches that exercise every edge of the chunk-row codec (SPEC §9), and
+Shared by the core tests and by any backend's tests: JSON values as docs/events.md
+defines them, write batches that exercise every edge of the chunk-row codec, and
 plausible, well-formed session logs. Every envelope dict these strategies build has its
 keys in ``SessionEvent.to_json`` order, so byte-level comparisons after a storage round
 trip are meaningful. Needs ``hypothesis`` (a test-time dependency).
@@ -67,7 +67,7 @@ _BLOCK = st.tuples(
 
 
 def json_values(max_leaves: int = 20) -> st.SearchStrategy[Any]:
-    """Draw JSON values as SPEC §1.1 accepts them (plain ``dict``/``list`` containers).
+    """Draw JSON values as ``snapshot`` accepts them (plain ``dict``/``list`` containers).
 
     Integers stay within ±(2**53 - 1); floats are finite and never ``-0.0``.
     """
@@ -117,7 +117,7 @@ def _boundary_chunk(draw: _Draw, index: int) -> Any:
     return {"type": "finish", "reason": {"kind": "stop"}}
 
 
-# Off-whitelist variants of a delta envelope (SPEC §9): each must be stored verbatim.
+# Off-whitelist variants of a delta envelope: each must be stored verbatim.
 # The flag says whether ``SessionEvent.from_json`` accepts the result.
 def _spoil(draw: _Draw, envelope: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     data = dict(envelope["data"])
@@ -201,7 +201,7 @@ def _other_event(draw: _Draw, seq: int, time: int, turn: int) -> dict[str, Any]:
 def chunk_event_batches(
     draw: _Draw, min_size: int = 0, max_size: int = 40, form: BatchForm = "mixed"
 ) -> list[SessionEvent | dict[str, Any]]:
-    """Draw one write batch that probes every rule of the chunk-row codec (SPEC §9).
+    """Draw one write batch that probes every rule of the chunk-row codec.
 
     Mostly ``assistant/chunk`` deltas (text, reasoning, tool calls with and without
     ``name``) that tend to continue the previous block, so runs of three and more are
@@ -359,7 +359,7 @@ def session_logs(
     return log
 
 
-# --- Logs whose surface changes by appends and replaces (SPEC §4, §5) ----------------------
+# --- Logs whose surface changes by appends and replaces ------------------------------------
 # Added for the core surface/derive oracles; kept separate from the strategies above.
 
 

@@ -1,4 +1,4 @@
-"""The persistence contract (SPEC §11, §14) as tests any backend runs unchanged.
+"""The persistence contract as tests any backend runs unchanged (docs/backends.md).
 
 Use it from a test module::
 
@@ -16,7 +16,7 @@ Optionally override ``ledger_backend_tamper`` to return a ``Tamper`` for your me
 the tests of torn tails, corruption and format versions are skipped without one.
 ``PersistenceContract`` does not start with ``Test``, so pytest collects nothing until
 you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``
-and ``through_ledger``; ``packages/core/README.md`` ("Writing a backend") explains them.
+and ``through_ledger``; docs/backends.md, "the contract kit", explains them.
 """
 
 from sessionledger.testing.contract.base import BackendFactory, Tamper

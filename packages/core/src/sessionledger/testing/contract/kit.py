@@ -14,4 +14,5 @@ __all__ = ["PersistenceContract"]
 class PersistenceContract(
     WritingClauses, ReadingClauses, RepairClauses, OwnershipClauses, LedgerClauses
 ):
-    """SPEC §11 as tests; subclass it and provide ``ledger_backend_factory``."""
+    """The persistence contract as tests (docs/backends.md, "the contract kit"); subclass
+    it and provide ``ledger_backend_factory``."""

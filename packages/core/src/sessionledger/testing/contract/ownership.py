@@ -1,4 +1,4 @@
-"""The contract's ownership clauses (SPEC §11.4): one writer per session, readers never blocked.
+"""The contract's ownership clauses: one writer per session, readers never blocked.
 
 Each clause opens a second backend object over the same storage, which stands for another
 ``Ledger``: in this process here, in another process or on another machine in the backend

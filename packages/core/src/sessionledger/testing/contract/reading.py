@@ -1,4 +1,4 @@
-"""The contract's reading clauses (SPEC §11.1, §2.4): read_from, list, revisions, delete, values."""
+"""The contract's reading clauses: read_from, list, revisions, delete, values."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ class ReadingClauses(ContractBase):
         await writer.close()
         reader = backend_factory(event_types=EventTypeRegistry.with_core())
         revision = await reader.revision("unknown")
-        # Reading shows the unknown event as stored (SPEC §2.4 v2) ...
+        # Reading shows the unknown event as stored ...
         assert same_events(list(session.events), await reader.read_from("unknown", 0))
         viewed = await reader.inspect("unknown")
         assert same_events(list(session.events), list(viewed.events[:2]))

@@ -1,4 +1,4 @@
-"""The contract's repair clauses (SPEC §8, §11.2): closers, torn tails, corruption, versions."""
+"""The contract's repair clauses: closers, torn tails, corruption, versions."""
 
 from __future__ import annotations
 

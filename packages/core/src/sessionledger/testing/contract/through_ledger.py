@@ -1,4 +1,4 @@
-"""The contract through a ``Ledger`` (SPEC §7, §11.3): write-behind, resume, faults, fork."""
+"""The contract through a ``Ledger``: write-behind, resume, faults, fork."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The contract's writing clauses (SPEC §11.1, §11.4): create, append, sequencing, stale writers."""
+"""The contract's writing clauses: create, append, sequencing, stale writers."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class WritingClauses(ContractBase):
         stale = second_writer(backend_factory, winner)
         await stale.inspect("race")
         await winner.append("race", events[split : split + 3])
-        # Ownership refuses the second writer first (SPEC §11.4) ...
+        # Ownership refuses the second writer first (docs/durability.md) ...
         with pytest.raises(SessionLockedError):
             await stale.append("race", events[split : split + 2])
         # ... and a write that gets past it anyway (a claim lost with its connection, a
