@@ -22,12 +22,12 @@ from rich.text import Text
 from sessionledger import jsoncodec
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.cli.render import (
-    event_table,
     local_datetime,
     make_console,
     message_table,
     plain_messages,
     plural,
+    write_event_log,
     write_json,
     write_jsonl,
 )
@@ -198,7 +198,11 @@ def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
 
 
 async def show(args: argparse.Namespace) -> int:
-    """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL."""
+    """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL.
+
+    The table is written row by row as it is made, so a long log starts printing at once
+    and costs no more memory than the events read.
+    """
     async with opened_store(args.store_url, plugins=args.plugins) as store:
         events = await store.read_from(args.id, 0)
         if args.json:
@@ -214,7 +218,7 @@ async def show(args: argparse.Namespace) -> int:
     if header.parent_session:
         details.append(f"forked from {header.parent_session} ({header.seed_length} events)")
     console.print(Text(f"session {header.id}", style="bold"), Text(" · ".join(details)))
-    console.print(event_table(events, collapse_chunks=not args.chunks, width=console.width))
+    write_event_log(console, events, collapse_chunks=not args.chunks)
     turn = open_turn(events)
     if turn is not None:
         closers = interrupted_turn_closers(events)
@@ -314,7 +318,9 @@ async def stats(args: argparse.Namespace) -> int:
         write_json(report)
         return 0
     console = make_console()
-    table = Table(title=f"events of {args.id} by type", title_justify="left", expand=False)
+    # Above the table, not its title: the narrow table would fold the id.
+    console.print(Text(f"events of {args.id} by type", style="italic"))
+    table = Table(expand=False)
     table.add_column("type")
     table.add_column("count", justify="right")
     for kind, count in by_type.most_common():
