@@ -534,6 +534,58 @@ async def test_show_streams_one_row_per_event_in_log_order(
     assert all(row[3] == f"({len(expand(row[0]))})" for row in runs)
 
 
+async def test_show_from_and_limit_pick_the_event_rows(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create("s"), 1)
+    stored = await stored_events(url, "s")
+    chunk = next(event["seq"] for event in stored if event["type"] == "assistant/chunk")
+    start = chunk + 1  # inside the first run of chunks: it is cut where the range starts
+    assert [event["type"] for event in stored[start : start + 3]] == [
+        "assistant/chunk",
+        "assistant/chunk",
+        "assistant/message",
+    ]
+
+    def show(*args: str) -> Run:
+        return run_cli(cli_env, "--store", url, "show", "s", *args)
+
+    picked = show("--from", "5", "--limit", "3", "--json").jsonl()
+    assert [event["seq"] for event in picked] == [5, 6, 7]
+    assert picked == stored[5:8]
+    assert show("--limit", "2", "--json").jsonl() == stored[:2]
+    assert show("--from", str(len(stored) - 1), "--json").jsonl() == stored[-1:]
+    for args in (("--chunks",), ()):
+        result = show("--from", str(start), "--limit", "3", *args)
+        assert result.code == 0, result.err
+        lines = result.out.splitlines()
+        heading = next(index for index, line in enumerate(lines) if line.split()[:1] == ["seq"])
+        rows = event_rows(lines[heading:])
+        assert [seq for row in rows for seq in expand(row[0])] == [start, start + 1, start + 2]
+        if not args:  # what is left of the run is one row, then the message it made
+            assert [row[0] for row in rows] == [f"{start}-{start + 1}", str(start + 2)]
+            assert rows[0][2:4] == ["assistant/chunk", "(2)"]
+        assert f"3 of {len(stored)} events shown (seq {start}-{start + 2})" in result.out
+    beyond = show("--from", "9999")
+    assert beyond.code == 0, beyond.err
+    assert f"0 of {len(stored)} events shown (none from seq 9999)" in beyond.out
+    assert show("--from", "9999", "--json").out == ""
+    for bad in (
+        ("--limit", "abc"),
+        ("--limit", "-1"),
+        ("--limit=-1",),
+        ("--limit", "1.5"),
+        ("--from", "x"),
+        ("--from=-2",),
+        ("--from", "5", "--limit", "abc", "--json"),
+    ):
+        result = show(*bad)
+        assert_user_error(result, "USAGE")
+        assert "non-negative integer" in result.err
+
+
 def test_catalog_lists_core_types_plugins_and_schemes(cli_env: dict[str, str]) -> None:
     catalog = run_cli(cli_env, "catalog", "--json").json()
     types = {row["type"]: row for row in catalog["eventTypes"]}

@@ -9,6 +9,7 @@ describe what a resume would give the model and the user (the repaired view).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import dataclasses
 import importlib.metadata
@@ -197,17 +198,27 @@ def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
     return table
 
 
+def _selected(
+    events: Sequence[SessionEvent], start: int, limit: int | None
+) -> Sequence[SessionEvent]:
+    """Return the events from seq *start* on, at most *limit* of them."""
+    index = bisect.bisect_left(events, start, key=lambda event: event.seq)
+    return events[index : None if limit is None else index + limit]
+
+
 async def show(args: argparse.Namespace) -> int:
     """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL.
 
+    ``--from SEQ`` and ``--limit N`` pick the events shown (from that seq on, at most N).
     The table is written row by row as it is made, so a long log starts printing at once
     and costs no more memory than the events read.
     """
     async with opened_store(args.store_url, plugins=args.plugins) as store:
-        events = await store.read_from(args.id, 0)
         if args.json:
-            write_jsonl(event.to_json() for event in events)
+            events = await store.read_from(args.id, args.start)
+            write_jsonl(event.to_json() for event in _selected(events, args.start, args.limit))
             return 0
+        events = await store.read_from(args.id, 0)
         header = await stored_header(store, args.id)
     console = make_console()
     details = [f"created {local_datetime(header.created_at)}"]
@@ -218,7 +229,14 @@ async def show(args: argparse.Namespace) -> int:
     if header.parent_session:
         details.append(f"forked from {header.parent_session} ({header.seed_length} events)")
     console.print(Text(f"session {header.id}", style="bold"), Text(" · ".join(details)))
-    write_event_log(console, events, collapse_chunks=not args.chunks)
+    shown = _selected(events, args.start, args.limit)
+    if shown:
+        write_event_log(console, shown, collapse_chunks=not args.chunks)
+    if len(shown) < len(events):
+        what = f"seq {shown[0].seq}-{shown[-1].seq}" if shown else f"none from seq {args.start}"
+        console.print(
+            f"{len(shown)} of {plural(len(events), 'event')} shown ({what})", markup=False
+        )
     turn = open_turn(events)
     if turn is not None:
         closers = interrupted_turn_closers(events)
