@@ -401,7 +401,7 @@ async def test_read_commands_show_events_of_unknown_types_uninterpreted(
     assert_user_error(malformed, "CONFIG")
 
 
-@pytest.mark.parametrize("columns", [80, 100, 200])
+@pytest.mark.parametrize("columns", [60, 70, 80, 100, 200])
 async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
     columns: int, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -430,8 +430,15 @@ async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
     assert "unreadable: two-batches (CORRUPT); 'sessionledger verify ID'" in " ".join(lines)
     headings = next(index for index, line in enumerate(lines) if line.startswith("id"))
     caption = " ".join(" ".join(lines[:headings]).split())  # wrapped at words, or in the URL
-    assert "summari" in " ".join(rows[long_id])  # the title keeps room
-    assert "left out" not in caption
+    if columns >= 80:
+        assert "summari" in " ".join(rows[long_id])  # the title keeps room
+        assert "left out" not in caption
+    elif columns == 70:  # the title gives way first
+        assert "(titles left out: the terminal is too narrow; --json has them)" in caption
+        assert rows["id"] == ["id", "events", "last", "active", "state"]
+    else:  # then the last activity: the id, count and state still fit, whole
+        assert "(titles and last activity left out: the terminal is too narrow" in caption
+        assert rows["id"] == ["id", "events", "state"]  # headings whole, not stacked
 
 
 async def test_show_fits_a_60_column_terminal(cli_env: dict[str, str], tmp_path: Path) -> None:

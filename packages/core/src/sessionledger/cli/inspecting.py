@@ -110,7 +110,13 @@ async def list_sessions(args: argparse.Namespace) -> int:
     if not rows:
         console.print(f"no sessions in {url}", markup=False)
         return 0
-    console.print(_ls_table(rows, f"{plural(len(rows), 'session')} in {url}", console.width))
+    table, left_out = _ls_table(rows, console.width)
+    caption = f"{plural(len(rows), 'session')} in {url}"
+    if left_out:
+        caption += f" ({left_out} left out: the terminal is too narrow; --json has them)"
+    # Above the table, not its title: a title wraps at the table's width, cutting the URL.
+    console.print(Text(caption, style="italic"))
+    console.print(table)
     broken = [f"{row['id']} ({row['problem'].split(':')[0]})" for row in rows if row["problem"]]
     if broken:
         console.print(
@@ -129,61 +135,64 @@ def _ls_state(row: dict[str, Any]) -> Text:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _LsLayout:
-    """Which of ``ls``'s optional parts fit: creation time, title, long times."""
+    """Which of ``ls``'s optional parts fit: creation time, title, last activity."""
 
     created: bool
     title: int  # the title column's width; 0 leaves it out
-    short_times: bool
+    short_times: bool  # the last activity without its year
+    last: bool = True  # the last activity column at all
+
+
+#: Width of a creation or last-activity time, and without the year.
+TIME_CELLS, SHORT_TIME_CELLS = 16, 11
 
 
 def _ls_layout(rows: list[dict[str, Any]], widths: dict[str, int], width: int) -> _LsLayout:
     """Pick the richest layout that fits *width*: ids, counts and states are never cut;
-    the creation time goes first, then the year of the times, then the title. Without
-    borders a 36-character UUID leaves a title of 8 or more in 80 columns."""
+    the creation time goes first, then the year of the times, then the title, then the
+    last activity. Without borders a 36-character UUID leaves a title of 8 or more in 80
+    columns, and fits with its count and state in 60."""
     longest = max(5, *(len(row["title"] or "") for row in rows))
+    fixed = widths["id"] + widths["events"] + widths["state"]
     for created, short_times in ((True, False), (False, False), (False, True)):
-        used = sum(widths.values()) + (16 if created else 0) - (5 if short_times else 0)
-        columns = len(widths) + 1 + created  # + 1: the title
+        used = fixed + (TIME_CELLS if created else 0)
+        used += SHORT_TIME_CELLS if short_times else TIME_CELLS
+        columns = 5 + created  # id, title, events, last activity, state (+ created)
         room = width - used - 2 * (columns - 1)  # no borders: two spaces between columns
         if room >= (TITLE_ROOM_FOR_CREATED if created else TITLE_MIN):
             return _LsLayout(created, min(longest, room), short_times)
-    return _LsLayout(False, 0, True)  # nothing else to give up: leave the title out
+    # Without the title: id, events, last activity, state.
+    last = fixed + SHORT_TIME_CELLS + 2 * 3 <= width
+    return _LsLayout(False, 0, True, last)
 
 
-def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
+def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
     """Lay ``ls`` out in *width* columns (see ``_ls_layout``); a title that does not fit
-    is cut with an ellipsis."""
+    is cut with an ellipsis. Return the table and what it leaves out ("" for nothing)."""
     states = [_ls_state(row) for row in rows]
     counts = ["?" if row["events"] is None else str(row["events"]) for row in rows]
     widths = {
         "id": max(2, *(len(row["id"]) for row in rows)),
         "events": max(6, *(len(count) for count in counts)),
-        "last activity": 16,
         "state": max(5, *(len(state.plain) for state in states)),
     }
     layout = _ls_layout(rows, widths, width)
-    if layout.title == 0:
-        title += " (titles left out: the terminal is too narrow; --json has them)"
-    table = Table(
-        title=title,
-        title_justify="left",
-        expand=False,
-        box=None,
-        pad_edge=False,
-        header_style="bold underline",
-    )
-    table.add_column("id", no_wrap=True, min_width=widths["id"])
+    left_out = "" if layout.title else "titles" if layout.last else "titles and last activity"
+    table = Table(expand=False, box=None, pad_edge=False, header_style="bold underline")
+    # Folded, not cut, should an id alone be wider than the terminal.
+    table.add_column("id", no_wrap=False, overflow="fold", min_width=min(widths["id"], width))
     if layout.created:
-        table.add_column("created", no_wrap=True, width=16)
+        table.add_column("created", no_wrap=True, width=TIME_CELLS)
     if layout.title:
         table.add_column("title", no_wrap=True, overflow="ellipsis", width=layout.title)
     table.add_column("events", justify="right", no_wrap=True, min_width=widths["events"])
-    # Month and day without the year: 11 characters, the header too.
-    table.add_column(
-        "last active" if layout.short_times else "last activity",
-        no_wrap=True,
-        min_width=11 if layout.short_times else 16,
-    )
+    if layout.last:
+        # Month and day without the year: 11 characters, the header too.
+        table.add_column(
+            "last active" if layout.short_times else "last activity",
+            no_wrap=True,
+            min_width=SHORT_TIME_CELLS if layout.short_times else TIME_CELLS,
+        )
     table.add_column("state", no_wrap=True, min_width=widths["state"])
     for row, state, count in zip(rows, states, counts, strict=True):
         last = row["lastActivity"]
@@ -193,9 +202,12 @@ def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
             cells.append(local_datetime(row["createdAt"], seconds=False))
         if layout.title:
             cells.append(Text(row["title"] or "", no_wrap=True, overflow="ellipsis"))
-        cells += [count, when[5:] if layout.short_times else when, state]
+        cells.append(count)
+        if layout.last:
+            cells.append(when[5:] if layout.short_times else when)
+        cells.append(state)
         table.add_row(*cells)
-    return table
+    return table, left_out
 
 
 def _selected(
