@@ -47,6 +47,7 @@ GROUPS: dict[str, Group] = {
     "durable": _group("fig_durable"),  # figures 3, 4
     "load": _group("fig_load"),  # figures 5, 6
     "scaling": _group("fig_scaling"),  # figure 8
+    "cli": _group("fig_cli"),  # figure 9: the show command, in subprocesses
     "peers": _group("fig_peers"),  # figure 7 (after the others: the peers' imports are big)
     "postgres": _group("fig_postgres"),  # PostgreSQL, through bench_postgres.py
 }

@@ -71,3 +71,14 @@ def test_peers_group_runs() -> None:
     results = run.run_groups(["peers"], TINY, log=lambda line: None)
     assert results["failures"] == {}
     assert {figure.key for figure in results["figures"]} >= {"7-size-lg", "7-speed-lg-sl"}
+
+
+def test_cli_group_runs_the_real_command() -> None:
+    results = run.run_groups(["cli"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    keys = [figure.key for figure in results["figures"]]
+    assert keys == ["9-table", "9-chunks", "9-chunks-tty", "9-rss"]
+    assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
+    (section,) = results["sections"]
+    assert section.data["chunks-tty"][0]["bytes"] > 0  # the terminal got the rows
+    assert "| `show ID --chunks` (pty, 120 columns) |" in run.render(results)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -18,8 +19,10 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.cells import cell_len
 
 from sessionledger import EventType, Ledger, SessionEvent, SessionHeader, hookimpl, thaw
+from sessionledger.cli.render import seq_ranges
 from sessionledger.ledger import open_store
 from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
 
@@ -61,6 +64,59 @@ def run_cli(
         check=False,
     )
     return Run(done.returncode, done.stdout, done.stderr)
+
+
+#: Styles a terminal gets (rich writes SGR sequences only).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_on_terminal(env: dict[str, str], columns: int, *args: str) -> Run:
+    """Run the command with stdout on a pseudo-terminal *columns* wide; ``out`` is what
+    the terminal received, styles stripped and line ends as ``\\n``."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    forcing = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")
+    env = {key: value for key, value in env.items() if key not in forcing}
+    env.update(COLUMNS=str(columns), TERM="xterm-256color")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionledger", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    received = bytearray()
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        received += data
+    os.close(master)
+    _, err = process.communicate(timeout=120)
+    out = ANSI.sub("", received.decode("utf-8")).replace("\r\n", "\n")
+    return Run(process.returncode, out, err.decode("utf-8"))
+
+
+def event_rows(lines: list[str]) -> list[list[str]]:
+    """The rows of ``show``'s event log (from its headings on), as words: the lines with
+    a seq, or a seq range, in the seq column (not data lines, which are indented past it)."""
+    width = len(lines[0]) - len(lines[0].lstrip()) + len("seq")
+    return [line.split() for line in lines[1:] if re.fullmatch(r"\d+(-\d+)?", line[:width].strip())]
+
+
+def expand(seq_cell: str) -> list[int]:
+    """``"4-7"`` → ``[4, 5, 6, 7]``; ``"9"`` → ``[9]``."""
+    first, _, last = seq_cell.partition("-")
+    return list(range(int(first), int(last or first) + 1))
 
 
 def assert_user_error(result: Run, code: str) -> None:
@@ -345,7 +401,7 @@ async def test_read_commands_show_events_of_unknown_types_uninterpreted(
     assert_user_error(malformed, "CONFIG")
 
 
-@pytest.mark.parametrize("columns", [80, 100, 200])
+@pytest.mark.parametrize("columns", [60, 70, 80, 100, 200])
 async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
     columns: int, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -358,17 +414,183 @@ async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
         closed_turn(later, 1)
         await ledger.flush(later)
         closed_turn(later, 2)
+        open_turn_with_pending_call(ledger.create("crashed-1"), 1)
     break_first_batch(tmp_path, "two-batches")  # unreadable (CORRUPT), not a torn tail
-    env = {**cli_env, "COLUMNS": str(columns)}
-    table = run_cli(env, "--store", url, "ls")
+    table = run_on_terminal(cli_env, columns, "--store", url, "ls")
     assert table.code == 0, table.err
     lines = table.out.splitlines()
-    assert max(len(line) for line in lines) <= columns
-    row = next(line for line in lines if long_id in line)
-    assert "summari" in row  # the title keeps room
-    broken = next(line for line in lines if "two-batches" in line)
-    assert "unreadable" in broken
+    assert max(cell_len(line) for line in lines) <= columns
+    rows = {line.split()[0]: line.split() for line in lines[1:] if line.split()}
+    assert rows[long_id][0] == long_id  # the id whole, on one line
+    assert rows["damaged"][0] == "damaged"
+    assert rows["two-batches"][-1] == "unreadable"
+    assert rows["crashed-1"][-3:] == ["turn", "1", "open"]
+    assert rows[long_id][-1] == "closed"
+    assert str(len(await stored_events(url, long_id))) in rows[long_id]  # the count whole
     assert "unreadable: two-batches (CORRUPT); 'sessionledger verify ID'" in " ".join(lines)
+    headings = next(index for index, line in enumerate(lines) if line.startswith("id"))
+    caption = " ".join(" ".join(lines[:headings]).split())  # wrapped at words, or in the URL
+    if columns >= 80:
+        assert "summari" in " ".join(rows[long_id])  # the title keeps room
+        assert "left out" not in caption
+    elif columns == 70:  # the title gives way first
+        assert "(titles left out: the terminal is too narrow; --json has them)" in caption
+        assert rows["id"] == ["id", "events", "last", "active", "state"]
+    else:  # then the last activity: the id, count and state still fit, whole
+        assert "(titles and last activity left out: the terminal is too narrow" in caption
+        assert rows["id"] == ["id", "events", "state"]  # headings whole, not stacked
+
+
+async def test_show_fits_a_60_column_terminal(cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = store_url("sqlite", tmp_path)
+    long_id = "0b5f7c1e-6d7a-4c7e-9a1f-3f2d9c8b7a60"
+    async with Ledger.open(url) as ledger:
+        session = ledger.create(long_id, title="a title long enough to wrap " * 3)
+        closed_turn(session, 1, prompt="read the report, then summarise it")
+        compact(session)
+    stored = await stored_events(url, long_id)
+    for mode in ((), ("--chunks",)):
+        shown = run_on_terminal(cli_env, 60, "--store", url, "show", long_id, *mode)
+        assert shown.code == 0, shown.err
+        lines = shown.out.splitlines()
+        assert max(cell_len(line) for line in lines) <= 60
+        assert f"session {long_id}" in lines[0]
+        # The headings on one line (the data under each row, at this width), not stacked.
+        heading = next(index for index, line in enumerate(lines) if line.split()[:1] == ["seq"])
+        assert lines[heading].split() == ["seq", "type", "surface", "sources"]
+        assert lines[heading + 1].split() == ["data"]
+        rows = event_rows(lines[heading:])
+        types = {event["type"] for event in stored}
+        assert {row[1] for row in rows} <= types  # every type whole
+        if mode:
+            assert [int(row[0]) for row in rows] == [event["seq"] for event in stored]
+        indent = len(lines[heading + 1]) - len("data")  # the data lines' indent
+        data = [line[indent:] for line in lines[heading + 2 :] if line[:indent].isspace()]
+        assert "(user) read the report, then summarise it" in data
+        assert any(line.startswith("(plugin compaction) summary of earlier turns") for line in data)
+        op = stored[-1]["surfaceOp"]
+        summary = next(row for row in rows if row[0] == str(stored[-1]["seq"]))
+        assert summary[2:4] == ["replace", f"{op['start']}-{op['end']}"]  # whole
+        assert " ".join(summary[4:]) == seq_ranges(stored[-1]["sourceEventSeqs"])
+
+
+async def test_piped_output_prints_whole_values(cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = store_url("jsonl", tmp_path)
+    long_id = "0b5f7c1e-6d7a-4c7e-9a1f-3f2d9c8b7a60"
+    title = "summarise the quarterly report of the northern region, " * 4 + "TITLE-END"
+    prompt = "read every file under reports and tell me what each says, " * 6 + "PROMPT-END"
+    answer = "the northern region grew in every quarter " * 5 + "ANSWER-END"
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create(long_id, title=title), 1, prompt=prompt, answer=answer)
+    env = {**cli_env, "COLUMNS": "60"}  # not a terminal: COLUMNS does not apply
+    for command in (
+        ("ls",),
+        ("show", long_id),
+        ("show", long_id, "--chunks"),
+        ("messages", long_id),
+        ("transcript", long_id),
+        ("stats", long_id),
+        ("catalog",),
+        ("verify",),
+    ):
+        result = run_cli(env, "--store", url, *command)
+        assert result.code == 0, (command, result.err)
+        assert "…" not in result.out, command
+        lines = result.out.splitlines()
+        if command[0] in ("ls", "verify") or command[0] == "stats":
+            assert any(long_id in line for line in lines), command
+        if command[0] == "ls":
+            assert any(title in line for line in lines)
+        if command[0] in ("show", "messages", "transcript"):
+            assert any(prompt.strip() in line for line in lines), command  # on one line
+            assert any(answer.strip() in line for line in lines), command
+    shown = run_cli(env, "--store", url, "show", long_id).out.splitlines()
+    assert any(f"title {title!r}" in line for line in shown)
+    assert any(f"(user) {prompt.strip()}" in line for line in shown)
+    assert any(f"deltas: {answer}" in line for line in shown)  # the run's text, whole
+    stats = run_cli(env, "--store", url, "stats", long_id).out.splitlines()
+    assert stats[0] == f"events of {long_id} by type"
+
+
+async def test_show_streams_one_row_per_event_in_log_order(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("sqlite", tmp_path)
+    async with Ledger.open(url) as ledger:
+        session = ledger.create("long")
+        for turn in range(1, 31):
+            closed_turn(session, turn, answer=f"answer {turn} " * 8)
+        compact(session)
+    stored = await stored_events(url, "long")
+    seqs = [event["seq"] for event in stored]
+    types = [event["type"] for event in stored]
+    piped = run_cli(cli_env, "--store", url, "show", "long", "--chunks").out.splitlines()
+    on_terminal = run_on_terminal(cli_env, 120, "--store", url, "show", "long", "--chunks")
+    for lines in (piped, on_terminal.out.splitlines()):
+        heading = next(index for index, line in enumerate(lines) if line.split()[:1] == ["seq"])
+        assert lines[heading].split() == ["seq", "time", "type", "surface", "sources", "data"]
+        rows = event_rows(lines[heading:])
+        assert [int(row[0]) for row in rows] == seqs
+        assert [row[2] for row in rows] == types
+    collapsed = run_cli(cli_env, "--store", url, "show", "long").out.splitlines()
+    heading = next(index for index, line in enumerate(collapsed) if line.split()[:1] == ["seq"])
+    rows = event_rows(collapsed[heading:])
+    assert [seq for row in rows for seq in expand(row[0])] == seqs  # each event once, in order
+    runs = [row for row in rows if row[2] == "assistant/chunk"]
+    assert len(runs) == 60  # two streamed steps a turn
+    assert all(row[3] == f"({len(expand(row[0]))})" for row in runs)
+
+
+async def test_show_from_and_limit_pick_the_event_rows(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create("s"), 1)
+    stored = await stored_events(url, "s")
+    chunk = next(event["seq"] for event in stored if event["type"] == "assistant/chunk")
+    start = chunk + 1  # inside the first run of chunks: it is cut where the range starts
+    assert [event["type"] for event in stored[start : start + 3]] == [
+        "assistant/chunk",
+        "assistant/chunk",
+        "assistant/message",
+    ]
+
+    def show(*args: str) -> Run:
+        return run_cli(cli_env, "--store", url, "show", "s", *args)
+
+    picked = show("--from", "5", "--limit", "3", "--json").jsonl()
+    assert [event["seq"] for event in picked] == [5, 6, 7]
+    assert picked == stored[5:8]
+    assert show("--limit", "2", "--json").jsonl() == stored[:2]
+    assert show("--from", str(len(stored) - 1), "--json").jsonl() == stored[-1:]
+    for args in (("--chunks",), ()):
+        result = show("--from", str(start), "--limit", "3", *args)
+        assert result.code == 0, result.err
+        lines = result.out.splitlines()
+        heading = next(index for index, line in enumerate(lines) if line.split()[:1] == ["seq"])
+        rows = event_rows(lines[heading:])
+        assert [seq for row in rows for seq in expand(row[0])] == [start, start + 1, start + 2]
+        if not args:  # what is left of the run is one row, then the message it made
+            assert [row[0] for row in rows] == [f"{start}-{start + 1}", str(start + 2)]
+            assert rows[0][2:4] == ["assistant/chunk", "(2)"]
+        assert f"3 of {len(stored)} events shown (seq {start}-{start + 2})" in result.out
+    beyond = show("--from", "9999")
+    assert beyond.code == 0, beyond.err
+    assert f"0 of {len(stored)} events shown (none from seq 9999)" in beyond.out
+    assert show("--from", "9999", "--json").out == ""
+    for bad in (
+        ("--limit", "abc"),
+        ("--limit", "-1"),
+        ("--limit=-1",),
+        ("--limit", "1.5"),
+        ("--from", "x"),
+        ("--from=-2",),
+        ("--from", "5", "--limit", "abc", "--json"),
+    ):
+        result = show(*bad)
+        assert_user_error(result, "USAGE")
+        assert "non-negative integer" in result.err
 
 
 def test_catalog_lists_core_types_plugins_and_schemes(cli_env: dict[str, str]) -> None:

@@ -3,6 +3,7 @@ helpers, and the demo's scripted model and harness."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.cells import cell_len
+from rich.console import Console
 
-from sessionledger import Ledger
+from sessionledger import Ledger, user_message
 from sessionledger.cli import app
 from sessionledger.cli.demo import command_prefix, compact_turn
 from sessionledger.cli.demo_agent import (
@@ -25,6 +28,7 @@ from sessionledger.cli.demo_agent import (
     summarise_package,
     turn_1_answer,
 )
+from sessionledger.cli.eventlog import WHOLE_WIDTH, EventLog, plan_layout
 from sessionledger.cli.render import describe_sources, event_preview, seq_ranges
 from sessionledger.cli.stores import default_store_path, default_store_url, store_is_missing
 from sessionledger_invariants import InvariantsPlugin, check_log
@@ -193,3 +197,62 @@ def test_the_demo_names_a_command_the_users_own_shell_can_run(
     monkeypatch.setenv("PATH", str(tmp_path))  # a shell that finds no sessionledger at all
     monkeypatch.delenv("NOX_CURRENT_SESSION")
     assert command_prefix() == str(Path("bin") / "sessionledger")
+
+
+def _printed(events: Any, width: int, *, collapse: bool = True) -> list[str]:
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=width < 1000)
+    console.print(EventLog(events, collapse_chunks=collapse))
+    return out.getvalue().splitlines()
+
+
+def _cited_session() -> Any:
+    from sessionledger import Session
+    from sessionledger.testing.builders import closed_turn
+
+    session = Session.create("cited", clock=lambda: 1_000)
+    for turn in range(1, 5):
+        closed_turn(session, turn, prompt="x" * 200)
+    # A summary citing every other event: a long sources cell.
+    cited = list(range(0, session.seq, 2))
+    session.append(
+        "user/message", user_message("sum"), surface_op="append", source_event_seqs=cited
+    )
+    return session.events, cited
+
+
+@pytest.mark.parametrize("width", [50, 60, 80, 120])
+def test_event_log_fits_the_width_and_wraps_long_sources(width: int) -> None:
+    events, cited = _cited_session()
+    lines = _printed(events, width)
+    assert max(cell_len(line) for line in lines) <= width
+    layout = plan_layout(events, width=width)
+    assert layout.stacked is (width < 80)
+    # The sources of the last row, its column line by line, read back as its seq ranges.
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [str(events[-1].seq)])
+    column = lines[start].index("0, 2")
+    cells = [line[column : column + layout.sources] for line in lines[start:]]
+    cells = [cell for cell in cells if cell.strip()]
+    assert len(cells) > 1  # wrapped
+    assert all(len(cell.rstrip()) <= layout.sources for cell in cells)
+    assert " ".join(" ".join(cells).split()) == seq_ranges(cited)
+
+
+def test_event_log_on_a_console_of_unlimited_width_is_whole() -> None:
+    events, cited = _cited_session()
+    lines = _printed(events, WHOLE_WIDTH, collapse=False)
+    assert not any("…" in line for line in lines)
+    assert any(f"(user) {'x' * 200}" in line for line in lines)
+    assert any(seq_ranges(cited) in line for line in lines)
+    assert plan_layout(events, width=WHOLE_WIDTH).data is None
+
+
+def test_previews_escape_control_characters() -> None:
+    from sessionledger import Session
+
+    session = Session.create("hostile", clock=lambda: 1_000)
+    message = user_message("red \x1b[31mtext\x1b[0m\x07 bell\ttab")
+    event = session.append("user/message", message, surface_op="append")
+    preview = event_preview(event, None)
+    assert preview == "(user) red \\x1b[31mtext\\x1b[0m\\x07 bell tab"
+    assert not any(line for line in _printed([event], 80) if "\x1b" in line or "\x07" in line)

@@ -71,6 +71,17 @@ def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as plain JSON")
 
 
+def _count(text: str) -> int:
+    """A seq or a number of events: a non-negative integer (anything else is a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser for every command and option."""
     parser = _Parser(
@@ -118,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--chunks", action="store_true", help="one row per assistant/chunk (default: one per run)"
     )
+    show.add_argument(
+        "--from",
+        dest="start",
+        type=_count,
+        default=0,
+        metavar="SEQ",
+        help="start at this seq (default 0)",
+    )
+    show.add_argument("--limit", type=_count, metavar="N", help="show at most N events")
 
     messages = add("messages", "print the messages the model sees (derived from the surface)")
     messages.add_argument("id", metavar="ID")

@@ -43,6 +43,7 @@ from sessionledger.cli.demo_agent import (
 )
 from sessionledger.cli.demo_child import READY_MARKER, demo_plugins
 from sessionledger.cli.render import (
+    PIPE_WIDTH,
     event_table,
     make_console,
     message_table,
@@ -233,7 +234,8 @@ async def demo(args: argparse.Namespace) -> int:
             "the demo's second turn runs in another process, which cannot see a memory: "
             "store; use sqlite:PATH or jsonl:DIR"
         )
-    console = make_console()
+    # A fixed width even when piped: the rules between the parts span the console.
+    console = make_console(pipe_width=PIPE_WIDTH)
     session_id: str = args.session or f"demo-{uuid.uuid4().hex[:8]}"
 
     def say(line: str) -> None:

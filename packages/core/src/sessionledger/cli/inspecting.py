@@ -9,6 +9,7 @@ describe what a resume would give the model and the user (the repaired view).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import dataclasses
 import importlib.metadata
@@ -22,12 +23,12 @@ from rich.text import Text
 from sessionledger import jsoncodec
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.cli.render import (
-    event_table,
     local_datetime,
     make_console,
     message_table,
     plain_messages,
     plural,
+    write_event_log,
     write_json,
     write_jsonl,
 )
@@ -109,7 +110,13 @@ async def list_sessions(args: argparse.Namespace) -> int:
     if not rows:
         console.print(f"no sessions in {url}", markup=False)
         return 0
-    console.print(_ls_table(rows, f"{plural(len(rows), 'session')} in {url}", console.width))
+    table, left_out = _ls_table(rows, console.width)
+    caption = f"{plural(len(rows), 'session')} in {url}"
+    if left_out:
+        caption += f" ({left_out} left out: the terminal is too narrow; --json has them)"
+    # Above the table, not its title: a title wraps at the table's width, cutting the URL.
+    console.print(Text(caption, style="italic"))
+    console.print(table)
     broken = [f"{row['id']} ({row['problem'].split(':')[0]})" for row in rows if row["problem"]]
     if broken:
         console.print(
@@ -128,61 +135,64 @@ def _ls_state(row: dict[str, Any]) -> Text:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _LsLayout:
-    """Which of ``ls``'s optional parts fit: creation time, title, long times."""
+    """Which of ``ls``'s optional parts fit: creation time, title, last activity."""
 
     created: bool
     title: int  # the title column's width; 0 leaves it out
-    short_times: bool
+    short_times: bool  # the last activity without its year
+    last: bool = True  # the last activity column at all
+
+
+#: Width of a creation or last-activity time, and without the year.
+TIME_CELLS, SHORT_TIME_CELLS = 16, 11
 
 
 def _ls_layout(rows: list[dict[str, Any]], widths: dict[str, int], width: int) -> _LsLayout:
     """Pick the richest layout that fits *width*: ids, counts and states are never cut;
-    the creation time goes first, then the year of the times, then the title. Without
-    borders a 36-character UUID leaves a title of 8 or more in 80 columns."""
+    the creation time goes first, then the year of the times, then the title, then the
+    last activity. Without borders a 36-character UUID leaves a title of 8 or more in 80
+    columns, and fits with its count and state in 60."""
     longest = max(5, *(len(row["title"] or "") for row in rows))
+    fixed = widths["id"] + widths["events"] + widths["state"]
     for created, short_times in ((True, False), (False, False), (False, True)):
-        used = sum(widths.values()) + (16 if created else 0) - (5 if short_times else 0)
-        columns = len(widths) + 1 + created  # + 1: the title
+        used = fixed + (TIME_CELLS if created else 0)
+        used += SHORT_TIME_CELLS if short_times else TIME_CELLS
+        columns = 5 + created  # id, title, events, last activity, state (+ created)
         room = width - used - 2 * (columns - 1)  # no borders: two spaces between columns
         if room >= (TITLE_ROOM_FOR_CREATED if created else TITLE_MIN):
             return _LsLayout(created, min(longest, room), short_times)
-    return _LsLayout(False, 0, True)  # nothing else to give up: leave the title out
+    # Without the title: id, events, last activity, state.
+    last = fixed + SHORT_TIME_CELLS + 2 * 3 <= width
+    return _LsLayout(False, 0, True, last)
 
 
-def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
+def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
     """Lay ``ls`` out in *width* columns (see ``_ls_layout``); a title that does not fit
-    is cut with an ellipsis."""
+    is cut with an ellipsis. Return the table and what it leaves out ("" for nothing)."""
     states = [_ls_state(row) for row in rows]
     counts = ["?" if row["events"] is None else str(row["events"]) for row in rows]
     widths = {
         "id": max(2, *(len(row["id"]) for row in rows)),
         "events": max(6, *(len(count) for count in counts)),
-        "last activity": 16,
         "state": max(5, *(len(state.plain) for state in states)),
     }
     layout = _ls_layout(rows, widths, width)
-    if layout.title == 0:
-        title += " (titles left out: the terminal is too narrow; --json has them)"
-    table = Table(
-        title=title,
-        title_justify="left",
-        expand=False,
-        box=None,
-        pad_edge=False,
-        header_style="bold underline",
-    )
-    table.add_column("id", no_wrap=True, min_width=widths["id"])
+    left_out = "" if layout.title else "titles" if layout.last else "titles and last activity"
+    table = Table(expand=False, box=None, pad_edge=False, header_style="bold underline")
+    # Folded, not cut, should an id alone be wider than the terminal.
+    table.add_column("id", no_wrap=False, overflow="fold", min_width=min(widths["id"], width))
     if layout.created:
-        table.add_column("created", no_wrap=True, width=16)
+        table.add_column("created", no_wrap=True, width=TIME_CELLS)
     if layout.title:
         table.add_column("title", no_wrap=True, overflow="ellipsis", width=layout.title)
     table.add_column("events", justify="right", no_wrap=True, min_width=widths["events"])
-    # Month and day without the year: 11 characters, the header too.
-    table.add_column(
-        "last active" if layout.short_times else "last activity",
-        no_wrap=True,
-        min_width=11 if layout.short_times else 16,
-    )
+    if layout.last:
+        # Month and day without the year: 11 characters, the header too.
+        table.add_column(
+            "last active" if layout.short_times else "last activity",
+            no_wrap=True,
+            min_width=SHORT_TIME_CELLS if layout.short_times else TIME_CELLS,
+        )
     table.add_column("state", no_wrap=True, min_width=widths["state"])
     for row, state, count in zip(rows, states, counts, strict=True):
         last = row["lastActivity"]
@@ -192,18 +202,35 @@ def _ls_table(rows: list[dict[str, Any]], title: str, width: int) -> Table:
             cells.append(local_datetime(row["createdAt"], seconds=False))
         if layout.title:
             cells.append(Text(row["title"] or "", no_wrap=True, overflow="ellipsis"))
-        cells += [count, when[5:] if layout.short_times else when, state]
+        cells.append(count)
+        if layout.last:
+            cells.append(when[5:] if layout.short_times else when)
+        cells.append(state)
         table.add_row(*cells)
-    return table
+    return table, left_out
+
+
+def _selected(
+    events: Sequence[SessionEvent], start: int, limit: int | None
+) -> Sequence[SessionEvent]:
+    """Return the events from seq *start* on, at most *limit* of them."""
+    index = bisect.bisect_left(events, start, key=lambda event: event.seq)
+    return events[index : None if limit is None else index + limit]
 
 
 async def show(args: argparse.Namespace) -> int:
-    """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL."""
+    """``show ID``: the stored log exactly as stored (no repair), as a table or JSONL.
+
+    ``--from SEQ`` and ``--limit N`` pick the events shown (from that seq on, at most N).
+    The table is written row by row as it is made, so a long log starts printing at once
+    and costs no more memory than the events read.
+    """
     async with opened_store(args.store_url, plugins=args.plugins) as store:
-        events = await store.read_from(args.id, 0)
         if args.json:
-            write_jsonl(event.to_json() for event in events)
+            events = await store.read_from(args.id, args.start)
+            write_jsonl(event.to_json() for event in _selected(events, args.start, args.limit))
             return 0
+        events = await store.read_from(args.id, 0)
         header = await stored_header(store, args.id)
     console = make_console()
     details = [f"created {local_datetime(header.created_at)}"]
@@ -214,7 +241,14 @@ async def show(args: argparse.Namespace) -> int:
     if header.parent_session:
         details.append(f"forked from {header.parent_session} ({header.seed_length} events)")
     console.print(Text(f"session {header.id}", style="bold"), Text(" · ".join(details)))
-    console.print(event_table(events, collapse_chunks=not args.chunks, width=console.width))
+    shown = _selected(events, args.start, args.limit)
+    if shown:
+        write_event_log(console, shown, collapse_chunks=not args.chunks)
+    if len(shown) < len(events):
+        what = f"seq {shown[0].seq}-{shown[-1].seq}" if shown else f"none from seq {args.start}"
+        console.print(
+            f"{len(shown)} of {plural(len(events), 'event')} shown ({what})", markup=False
+        )
     turn = open_turn(events)
     if turn is not None:
         closers = interrupted_turn_closers(events)
@@ -314,7 +348,9 @@ async def stats(args: argparse.Namespace) -> int:
         write_json(report)
         return 0
     console = make_console()
-    table = Table(title=f"events of {args.id} by type", title_justify="left", expand=False)
+    # Above the table, not its title: the narrow table would fold the id.
+    console.print(Text(f"events of {args.id} by type", style="italic"))
+    table = Table(expand=False)
     table.add_column("type")
     table.add_column("count", justify="right")
     for kind, count in by_type.most_common():

@@ -1,16 +1,21 @@
-"""How the command line shows events, surfaces, messages and provenance (rich tables).
+"""How the command line shows events, surfaces, messages and provenance.
 
 Human output goes through ``rich``; ``--json`` output is written with ``write_json`` /
 ``write_jsonl`` as plain JSON, never through rich, so it stays byte-for-byte parseable.
-Every value that comes from a log is passed as ``rich.text.Text`` so that brackets in
-user data are never read as markup.
+Every value that comes from a log is passed as ``rich.text.Text`` (or written by
+``eventlog``) so that brackets in user data are never read as markup. The one-line texts
+of events and messages live in ``preview``, the event log's layout in ``eventlog``; the
+names other modules use are re-exported here.
+
+Output that is not a terminal is laid out at ``WHOLE_WIDTH``: every value whole, no
+truncation, no ellipsis (``make_console``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,24 +25,27 @@ from rich.table import Table
 from rich.text import Text
 
 from sessionledger import jsoncodec
-from sessionledger.events import APPEND, Replace, SessionEvent
-from sessionledger.snapshot import thaw
-from sessionledger.vocabulary import (
-    ASSISTANT_CHUNK,
-    ASSISTANT_MESSAGE,
-    REQUEST_CONTEXT,
-    REQUEST_HEADER,
-    STEP_END,
-    STEP_START,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
+from sessionledger.cli.eventlog import WHOLE_WIDTH, EventLog, write_event_log
+from sessionledger.cli.preview import (
+    PREVIEW_CHARS,
+    event_preview,
+    local_time,
+    lookup,
+    message_text,
+    seq_ranges,
+    surface_op_text,
 )
+from sessionledger.cli.preview import (
+    clip as clip_text,
+)
+from sessionledger.events import Replace, SessionEvent
+from sessionledger.snapshot import thaw
+from sessionledger.vocabulary import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
 __all__ = [
+    "PIPE_WIDTH",
     "PREVIEW_CHARS",
+    "WHOLE_WIDTH",
     "describe_sources",
     "event_preview",
     "event_table",
@@ -52,26 +60,31 @@ __all__ = [
     "seq_ranges",
     "surface_op_text",
     "surface_table",
+    "write_event_log",
     "write_json",
     "write_jsonl",
 ]
 
-#: Longest data preview shown in a table cell.
-PREVIEW_CHARS = 72
-
-
-#: Width used when output goes to a file or pipe and ``COLUMNS`` is unset (rich's own
-#: default, 80, squeezes the event table).
+#: Width of a console that is not a terminal when it must have one (the demo's rules,
+#: progress bars on stderr).
 PIPE_WIDTH = 120
 
 
-def make_console(*, stderr: bool = False) -> Console:
-    """Return a console for human output (stdout, or stderr for progress and notes)."""
-    stream = sys.stderr if stderr else sys.stdout
-    width = None
-    if not os.environ.get("COLUMNS") and not stream.isatty():
-        width = PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, emoji=False, soft_wrap=False, width=width)
+def make_console(*, stderr: bool = False, pipe_width: int | None = None) -> Console:
+    """Return a console for human output (stdout, or stderr for progress and notes).
+
+    On a terminal it is as wide as the terminal (or ``COLUMNS``). Otherwise stdout gets
+    ``WHOLE_WIDTH``, so that every value is printed whole, nothing cut or wrapped; with
+    *pipe_width* (the demo's rules span the console), and on stderr (progress bars), it
+    is ``COLUMNS`` wide, else *pipe_width* or ``PIPE_WIDTH``.
+    """
+    console = Console(stderr=stderr, highlight=False, emoji=False, soft_wrap=False)
+    if not console.is_terminal:
+        if pipe_width is None and not stderr:
+            console.width = WHOLE_WIDTH
+        elif not os.environ.get("COLUMNS"):
+            console.width = pipe_width or PIPE_WIDTH
+    return console
 
 
 def _cell(text: str, style: str = "") -> Text:
@@ -116,237 +129,28 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{count} {noun}s"
 
 
-def local_time(ms: int) -> str:
-    """Return epoch milliseconds as local ``HH:MM:SS.mmm``."""
-    moment = datetime.fromtimestamp(ms / 1000)
-    return f"{moment:%H:%M:%S}.{ms % 1000:03d}"
-
-
 def local_datetime(ms: int, *, seconds: bool = True) -> str:
     """Return epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` (or without seconds)."""
     moment = datetime.fromtimestamp(ms / 1000)
     return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
 
 
-def seq_ranges(seqs: Sequence[int]) -> str:
-    """Return ``[3, 4, 5, 9]`` as ``"3-5, 9"`` (consecutive runs collapsed)."""
-    parts: list[str] = []
-    index = 0
-    while index < len(seqs):
-        end = index
-        while end + 1 < len(seqs) and seqs[end + 1] == seqs[end] + 1:
-            end += 1
-        first, last = seqs[index], seqs[end]
-        if last == first:
-            parts.append(str(first))
-        elif last == first + 1:
-            parts.append(f"{first}, {last}")
-        else:
-            parts.append(f"{first}-{last}")
-        index = end + 1
-    return ", ".join(parts)
-
-
-def _clip(text: str, limit: int = PREVIEW_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _get(value: Any, key: str) -> Any:
-    return value.get(key) if isinstance(value, Mapping) else None
-
-
-def _compact_json(value: Any) -> str:
-    try:
-        return jsoncodec.dumps(value).decode()
-    except Exception:
-        return repr(value)
-
-
-def message_text(message: Any) -> str:
-    """Return a one-line rendering of a message's blocks (texts, calls, results)."""
-    parts: list[str] = []
-    content = _get(message, "content")
-    for block in content if isinstance(content, tuple | list) else ():
-        kind = _get(block, "type")
-        if kind == "text":
-            parts.append(str(_get(block, "text") or ""))
-        elif kind == "reasoning":
-            parts.append(f"(thinking) {_get(block, 'text') or ''}")
-        elif kind == "tool-call":
-            parts.append(f"→ {_get(block, 'name')}({_get(block, 'arguments') or ''})")
-        elif kind == "tool-result":
-            error = " [error]" if _get(block, "isError") is True else ""
-            parts.append(f"{message_text(block)}{error}")
-        elif kind is not None:
-            parts.append(f"[{kind}]")
-    return " ".join(part for part in parts if part)
-
-
-def _chunk_preview(chunk: Any) -> str:
-    kind = _get(chunk, "type")
-    if kind in ("text-delta", "reasoning-delta"):
-        return f"{kind} {_get(chunk, 'text')!r}"
-    if kind == "tool-call-delta":
-        name = _get(chunk, "name")
-        named = f" {name}" if name else ""
-        return f"{kind}{named} {_get(chunk, 'argumentsDelta')!r}"
-    if kind == "block-start":
-        return f"block-start {_get(chunk, 'blockType')}"
-    if kind == "block-end":
-        return f"block-end {_get(_get(chunk, 'block'), 'type')}"
-    if kind == "finish":
-        return f"finish {_get(chunk, 'reason')}"
-    return _compact_json(chunk)
-
-
-def event_preview(event: SessionEvent) -> str:
-    """Return a short, one-line summary of an event's data."""
-    data = event.data
-    kind = event.type
-    text: str
-    if kind in (TURN_START, STEP_START, STEP_END):
-        step = _get(data, "step")
-        text = f"turn {_get(data, 'turn')}" + (f" step {step}" if step is not None else "")
-    elif kind == TURN_END:
-        reason = _get(data, "reason")
-        text = f"turn {_get(data, 'turn')} {_get(reason, 'kind')}"
-    elif kind == USER_MESSAGE:
-        source = _get(data, "source")
-        origin = _get(source, "kind")
-        if origin == "plugin":
-            origin = f"plugin {_get(source, 'plugin')}"
-        text = f"({origin}) {message_text(data)}"
-    elif kind == ASSISTANT_MESSAGE:
-        text = message_text(_get(data, "message"))
-    elif kind == ASSISTANT_CHUNK:
-        text = _chunk_preview(_get(data, "chunk"))
-    elif kind == TOOL_CALL:
-        text = f"{_get(data, 'callId')} {_get(data, 'name')}({_get(data, 'arguments')})"
-    elif kind == TOOL_RESULT:
-        error = _get(data, "error")
-        code = f"[{_get(error, 'code')}] " if error is not None else ""
-        text = code + message_text(_get(data, "message"))
-    elif kind == REQUEST_HEADER:
-        config = _get(_get(data, "header"), "config")
-        text = f"{_get(data, 'reason')}: {_get(config, 'provider')}/{_get(config, 'model')}"
-    elif kind == REQUEST_CONTEXT:
-        text = f"{_get(data, 'provider')}/{_get(data, 'model')}"
-    else:
-        text = _compact_json(data)
-    return _clip(text)
-
-
-def surface_op_text(op: object) -> str:
-    """Return ``append``, ``replace a-b`` or an empty string."""
-    if op == APPEND:
-        return "append"
-    if isinstance(op, Replace):
-        return f"replace {op.start}-{op.end}"
-    return ""
-
-
-# -- tables ------------------------------------------------------------------------------
-
-
-def _chunk_run_end(events: Sequence[SessionEvent], start: int) -> int:
-    """Return the index after the run of chunks of one step that starts at *start*."""
-    first = events[start].data
-    end = start + 1
-    while (
-        end < len(events)
-        and events[end].type == ASSISTANT_CHUNK
-        and _get(events[end].data, "turn") == _get(first, "turn")
-        and _get(events[end].data, "step") == _get(first, "step")
-    ):
-        end += 1
-    return end
-
-
-def _run_preview(events: Sequence[SessionEvent]) -> str:
-    """Return the text a run of chunks streamed (deltas joined, blocks separated)."""
-    streamed: list[str] = []
-    deltas = 0
-    for event in events:
-        chunk = _get(event.data, "chunk")
-        kind = _get(chunk, "type")
-        if kind == "block-start" and streamed:
-            streamed.append(" | ")
-        piece = _get(chunk, "argumentsDelta") if kind == "tool-call-delta" else _get(chunk, "text")
-        if type(piece) is str and kind in ("text-delta", "reasoning-delta", "tool-call-delta"):
-            deltas += 1
-            streamed.append(piece)
-    return _clip(f"{deltas} deltas: {''.join(streamed)}")
-
-
-#: Below this console width the event table leaves out the time column.
-NARROW = 110
+# -- tables ----------------------------------------------------------------------------
 
 
 def event_table(
-    events: Sequence[SessionEvent],
-    *,
-    title: str | None = None,
-    collapse_chunks: bool = True,
-    width: int | None = None,
-) -> Table:
-    """Return the event log as a table: seq, time, type, surface op, sources, preview.
+    events: Sequence[SessionEvent], *, collapse_chunks: bool = True, width: int | None = None
+) -> EventLog:
+    """Return the event log as a renderable: seq, time, type, surface op, sources, data.
 
     With *collapse_chunks*, each run of ``assistant/chunk`` events of one step is one row
     (seq range, count and the streamed text), since a model step streams dozens of them.
-    On a console narrower than ``NARROW`` (*width*) the time column is left out.
+    It is laid out for the width it is printed at (``eventlog``); *width*, the console's
+    width that callers pass, is the same. ``show`` writes long logs with
+    ``write_event_log`` instead, row by row.
     """
-    show_time = width is None or width >= NARROW
-    table = Table(title=title, title_justify="left", header_style="bold", expand=False)
-    table.add_column("seq", justify="right", no_wrap=True)
-    if show_time:
-        table.add_column("time", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("surface", no_wrap=True)
-    table.add_column("sources", overflow="fold", max_width=14)
-    # Wrappable for the width calculation (so it is the column that gives way), while
-    # each cell is a single line cut with an ellipsis.
-    table.add_column("data", min_width=12)
-    index = 0
-    while index < len(events):
-        event = events[index]
-        row: list[Any]
-        if (
-            collapse_chunks
-            and event.type == ASSISTANT_CHUNK
-            and (end := _chunk_run_end(events, index)) - index > 1
-        ):
-            run = events[index:end]
-            row = [
-                f"{event.seq}-{run[-1].seq}",
-                f"{ASSISTANT_CHUNK} ({len(run)})",
-                "",
-                "",
-                _cell(_run_preview(run), "dim"),
-            ]
-            index = end
-        else:
-            sources = event.source_event_seqs
-            row = [
-                str(event.seq),
-                Text(event.type, style=_type_style(event.type)),
-                surface_op_text(event.surface_op),
-                seq_ranges(sources) if sources is not None else "",
-                _cell(event_preview(event)),
-            ]
-            index += 1
-        if show_time:
-            row.insert(1, local_time(event.time))
-        table.add_row(*row)
-    return table
-
-
-def _type_style(kind: str) -> str:
-    if kind in (TURN_START, TURN_END):
-        return "bold"
-    if kind in (USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT):
-        return "cyan"
-    return ""
+    del width  # the print width decides
+    return EventLog(events, collapse_chunks=collapse_chunks)
 
 
 def surface_table(
@@ -361,13 +165,13 @@ def surface_table(
     table.add_column("content", min_width=12)
     for position, seq in enumerate(nodes):
         event = events[seq]
-        message = event.data if event.type == USER_MESSAGE else _get(event.data, "message")
+        message = event.data if event.type == USER_MESSAGE else lookup(event.data, "message")
         table.add_row(
             str(position),
             str(seq),
             event.type,
-            str(_get(message, "role")),
-            _cell(_clip(message_text(message))),
+            str(lookup(message, "role")),
+            _cell(clip_text(message_text(message))),
         )
     return table
 
@@ -385,14 +189,14 @@ def message_table(
     table.add_column("source", no_wrap=True)
     table.add_column("content", overflow="fold")
     for position, message in enumerate(messages):
-        source = _get(message, "source")
-        origin = str(_get(source, "kind"))
-        detail = _get(source, "plugin") or _get(source, "model") or _get(source, "callId")
+        source = lookup(message, "source")
+        origin = str(lookup(source, "kind"))
+        detail = lookup(source, "plugin") or lookup(source, "model") or lookup(source, "callId")
         table.add_row(
             str(position),
-            str(_get(message, "role")),
+            str(lookup(message, "role")),
             f"{origin} {detail}" if detail else origin,
-            Text(message_text(message) if clip is None else _clip(message_text(message), clip)),
+            Text(message_text(message) if clip is None else clip_text(message_text(message), clip)),
         )
     return table
 
@@ -414,9 +218,8 @@ def describe_sources(events: Sequence[SessionEvent], event: SessionEvent) -> str
         what = "assembled from"
     elif event.type == TOOL_RESULT:
         call = events[sources[0]]
-        return (
-            f"answers tool/call {call.seq} ({_get(call.data, 'name')} {_get(call.data, 'callId')})"
-        )
+        name, call_id = lookup(call.data, "name"), lookup(call.data, "callId")
+        return f"answers tool/call {call.seq} ({name} {call_id})"
     else:
         what = "cites"
     return f"{what} seq {seq_ranges(sources)} ({cited})"
