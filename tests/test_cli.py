@@ -8,6 +8,7 @@ SQLite file or a JSONL directory under ``tmp_path``; ``XDG_DATA_HOME`` points in
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata as metadata
 import os
 import shutil
 import stat
@@ -24,6 +25,7 @@ from sessionledger.ledger import open_store
 from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
 
 BACKENDS = ("sqlite", "jsonl")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -609,3 +611,167 @@ def test_user_mistakes_are_one_line_and_exit_2(cli_env: dict[str, str], tmp_path
     for args, code in cases:
         assert_user_error(run_cli(cli_env, *args), code)
     assert not (tmp_path / "missing.db").exists()
+
+
+# -- installs: what runs with the core alone, and what to install ----------------------
+
+#: Runs the command as if only the core distribution were installed. A fresh virtual
+#: environment would be the most faithful but needs a package index and takes long, so
+#: instead the siblings' distributions are hidden from ``importlib.metadata`` (where
+#: pluggy finds entry points, and ``--version`` versions) and their modules made
+#: unimportable (``sys.modules[name] = None`` makes ``import name`` raise
+#: ``ModuleNotFoundError``, as for a module that is not installed). Then ``main`` runs.
+ONLY_CORE = """
+import importlib.metadata as metadata
+import sys
+
+HIDDEN = {"sessionledger-sqlite", "sessionledger-jsonl", "sessionledger-postgres",
+          "sessionledger-invariants"}
+for hidden in HIDDEN:
+    sys.modules[hidden.replace("-", "_")] = None
+
+def visible(name):
+    return (name or "").lower().replace("_", "-") not in HIDDEN
+
+every, one = metadata.distributions, metadata.distribution
+
+def distributions(**kwargs):
+    return [dist for dist in every(**kwargs) if visible(dist.metadata["Name"])]
+
+def distribution(name):
+    if not visible(name):
+        raise metadata.PackageNotFoundError(name)
+    return one(name)
+
+metadata.distributions = distributions
+metadata.distribution = distribution
+metadata.version = lambda name: distribution(name).version
+from sessionledger.cli.__main__ import main
+sys.argv[0] = "sessionledger"
+sys.exit(main())
+"""
+
+
+def without(modules: str) -> list[str]:
+    """A command line that runs ``main`` with *modules* (comma-separated) unimportable."""
+    hide = "; ".join(f"sys.modules[{name!r}] = None" for name in modules.split(","))
+    code = f"import sys; {hide}; from sessionledger.cli.__main__ import main; sys.exit(main())"
+    return [sys.executable, "-c", code]
+
+
+def install_line(scheme: str, distribution: str, folder: str) -> str:
+    return (
+        f"error: CONFIG: no backend serves {scheme}: URLs (registered schemes: memory:); "
+        f"install {distribution} (from a checkout: pip install ./packages/{folder})"
+    )
+
+
+def test_rich_is_a_dependency_of_the_core_not_of_an_extra() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "packages" / "core" / "pyproject.toml").read_text())["project"]
+    assert "rich>=13" in project["dependencies"]
+    assert not any(req.startswith("rich") for req in project["optional-dependencies"]["cli"])
+
+
+def test_with_only_the_core_every_command_runs_or_names_what_to_install(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    only_core = [sys.executable, "-c", ONLY_CORE]
+    sqlite = install_line("sqlite", "sessionledger-sqlite", "persistence-sqlite")
+    target = tmp_path / "copy.db"
+    for args in [
+        ("ls",),  # the default store is sqlite:
+        ("demo",),
+        ("show", "x"),
+        ("messages", "x"),
+        ("transcript", "x"),
+        ("verify",),
+        ("repair", "x"),
+        ("stats", "x"),
+        ("delete", "x"),
+        ("copy", "--from", "memory:a", "--to", f"sqlite:{target}"),
+    ]:
+        result = run_cli(cli_env, *args, command=only_core)
+        assert_user_error(result, "CONFIG")
+        assert result.err == sqlite + "\n", args
+    for url, line in [
+        (f"jsonl:{tmp_path}", install_line("jsonl", "sessionledger-jsonl", "persistence-jsonl")),
+        (
+            "postgresql://me@localhost/ledger",
+            install_line("postgresql", "sessionledger-postgres", "persistence-postgres"),
+        ),
+    ]:
+        result = run_cli(cli_env, "--store", url, "ls", command=only_core)
+        assert (result.code, result.err) == (2, line + "\n")
+    # What needs no backend works.
+    listed = run_cli(cli_env, "--store", "memory:x", "ls", command=only_core)
+    assert (listed.code, listed.out, listed.err) == (0, "no sessions in memory:x\n", "")
+    catalog = run_cli(cli_env, "catalog", "--json", command=only_core)
+    assert catalog.code == 0
+    assert catalog.json()["storeSchemes"] == ["memory"]
+    verified = run_cli(cli_env, "--store", "memory:x", "verify", command=only_core)
+    assert verified.code == 0
+    assert verified.out.splitlines() == [
+        "note: invariants not checked; install sessionledger-invariants "
+        "(from a checkout: pip install ./packages/invariants)",
+        "verified 0 sessions: 0 ok",
+    ]
+    version = run_cli(cli_env, "--version", command=only_core)
+    assert (version.code, version.out) == (
+        0,
+        f"sessionledger {metadata.version('sessionledger')}\n",
+    )
+    assert not target.exists()
+    assert not (tmp_path / "xdg").exists()
+
+
+async def test_a_jsonl_url_without_the_backend_is_an_error_whether_or_not_it_exists(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    line = install_line("jsonl", "sessionledger-jsonl", "persistence-jsonl") + "\n"
+    existing = store_url("jsonl", tmp_path)
+    await fill_store(existing)
+    for url in (f"jsonl:{tmp_path / 'missing'}", existing):
+        result = run_cli(cli_env, "--store", url, "ls", command=[sys.executable, "-c", ONLY_CORE])
+        assert (result.code, result.out, result.err) == (2, "", line), url
+    # Installed but switched off: the message says so instead of asking for an install.
+    switched_off = run_cli(
+        {**cli_env, "SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD": "1"}, "--store", existing, "ls"
+    )
+    assert_user_error(switched_off, "CONFIG")
+    assert switched_off.err.endswith(
+        "; sessionledger-jsonl is installed, but SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD keeps "
+        "it unloaded\n"
+    )
+    # With the backend, a directory that does not exist is a store with no sessions.
+    missing = run_cli(cli_env, "--store", f"jsonl:{tmp_path / 'missing'}", "ls")
+    assert (missing.code, missing.out.split()[:2]) == (0, ["no", "sessions"])
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_missing_module_is_one_line_naming_what_to_install(cli_env: dict[str, str]) -> None:
+    core = "(from a checkout: pip install ./packages/core)"
+    memory = ("--store", "memory:a")
+    for args in [
+        (*memory, "ls"),
+        ("catalog",),
+        (*memory, "demo"),
+        (*memory, "verify"),
+        ("copy", "--from", "memory:a", "--to", "memory:b"),
+    ]:
+        result = run_cli(cli_env, *args, command=without("rich"))
+        assert_user_error(result, "CONFIG")
+        assert result.err.startswith("error: CONFIG: no module named 'rich' (imported by ")
+        assert result.err.endswith(
+            f", a dependency of sessionledger: install rich, or reinstall sessionledger {core}\n"
+        )
+        assert "sessionledger[cli]" not in result.err
+    # An entry point whose module needs a missing module: named, with its distribution.
+    broken = run_cli(cli_env, "catalog", command=without("asyncpg"))
+    assert broken.err == (
+        "error: CONFIG: no module named 'asyncpg' (imported by sessionledger_postgres.store), "
+        "a dependency of sessionledger-postgres: install asyncpg, or reinstall "
+        "sessionledger-postgres (from a checkout: pip install ./packages/persistence-postgres)\n"
+    )
+    assert broken.code == 2

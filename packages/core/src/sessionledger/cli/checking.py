@@ -20,6 +20,7 @@ from typing import Any
 from rich.text import Text
 
 from sessionledger.cli.inspecting import open_turn
+from sessionledger.cli.missing import install_hint
 from sessionledger.cli.render import event_table, make_console, plural, write_json
 from sessionledger.cli.stores import opened_store
 from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
@@ -210,8 +211,7 @@ async def verify(args: argparse.Namespace) -> int:
     if check_log is None:
         console.print(
             Text(
-                "note: invariants not checked: sessionledger-invariants is not installed "
-                "(pip install sessionledger-invariants)",
+                f"note: invariants not checked; {install_hint('sessionledger-invariants')}",
                 style="yellow",
             )
         )
