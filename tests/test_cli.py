@@ -775,3 +775,85 @@ def test_a_missing_module_is_one_line_naming_what_to_install(cli_env: dict[str, 
         "sessionledger-postgres (from a checkout: pip install ./packages/persistence-postgres)\n"
     )
     assert broken.code == 2
+
+
+# -- the parser: version, usage errors, copy's stores ----------------------------------
+
+
+def test_version_names_the_installed_distributions(cli_env: dict[str, str]) -> None:
+    siblings = sorted(
+        {
+            (name, dist.version)
+            for dist in metadata.distributions()
+            if (name := (dist.metadata["Name"] or "").lower().replace("_", "-")).startswith(
+                "sessionledger-"
+            )
+        }
+    )
+    assert ("sessionledger-sqlite", metadata.version("sessionledger-sqlite")) in siblings
+    result = run_cli(cli_env, "--version")
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines() == [
+        f"sessionledger {metadata.version('sessionledger')}",
+        *(f"  {name} {version}" for name, version in siblings),
+    ]
+
+
+#: Each command with the arguments it needs, so that only the mistake added is wrong.
+COMMAND_ARGS: dict[str, tuple[str, ...]] = {
+    "demo": (),
+    "ls": (),
+    "show": ("x",),
+    "messages": ("x",),
+    "transcript": ("x",),
+    "verify": (),
+    "repair": ("x",),
+    "copy": ("--from", "memory:a", "--to", "memory:b"),
+    "catalog": (),
+    "stats": ("x",),
+    "delete": ("x",),
+}
+
+
+def test_a_usage_error_points_to_the_help_of_its_command(cli_env: dict[str, str]) -> None:
+    from sessionledger.cli.app import COMMANDS
+
+    assert set(COMMAND_ARGS) == set(COMMANDS)
+    for name, needed in COMMAND_ARGS.items():
+        see = f"(see 'sessionledger {name} --help')"
+        for args in [(name, *needed, "--bogus"), ("--bogus", name, *needed)]:
+            result = run_cli(cli_env, *args)
+            assert_user_error(result, "USAGE")
+            assert result.err == f"error: USAGE: unrecognized arguments: --bogus {see}\n", args
+        if needed:  # leaving out what it needs
+            result = run_cli(cli_env, name)
+            assert_user_error(result, "USAGE")
+            assert result.err.endswith(f" {see}\n"), name
+    extra = run_cli(cli_env, "delete", "a", "b")
+    assert (
+        extra.err == "error: USAGE: unrecognized arguments: b (see 'sessionledger delete --help')\n"
+    )
+    for args in [(), ("nope",)]:
+        assert run_cli(cli_env, *args).err.endswith(" (see 'sessionledger --help')\n")
+
+
+def test_copy_takes_from_and_to_and_refuses_store(cli_env: dict[str, str], tmp_path: Path) -> None:
+    helped = run_cli(cli_env, "copy", "--help")
+    assert helped.code == 0
+    assert "--from URL" in helped.out
+    assert "--store" not in helped.out
+    assert "--store URL" in run_cli(cli_env, "ls", "--help").out
+    refused = (
+        "error: USAGE: copy takes no --store: it reads --from URL and writes --to URL "
+        "(see 'sessionledger copy --help')\n"
+    )
+    target = tmp_path / "target.db"
+    copy = ("copy", "--from", "memory:a", "--to", f"sqlite:{target}")
+    for args in [
+        (*copy, "--store", "memory:c"),
+        (*copy, "--store=memory:c"),
+        ("--store", "memory:c", *copy),
+    ]:
+        result = run_cli(cli_env, *args)
+        assert (result.code, result.out, result.err) == (2, "", refused), args
+    assert not target.exists()
