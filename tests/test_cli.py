@@ -11,9 +11,12 @@ import dataclasses
 import importlib.metadata as metadata
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -857,3 +860,117 @@ def test_copy_takes_from_and_to_and_refuses_store(cli_env: dict[str, str], tmp_p
         result = run_cli(cli_env, *args)
         assert (result.code, result.out, result.err) == (2, "", refused), args
     assert not target.exists()
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------
+
+#: A plugin that makes start-up or the command slow: with SLOW_AT=import its import
+#: sleeps (plugin loading), with SLOW_AT=run the ``slow:`` store's listing does (the
+#: command running); SLOW_MARK says how far it got.
+SLOW_PLUGIN = """
+import asyncio, os, time
+from pathlib import Path
+
+from sessionledger import hookimpl
+
+MARK = Path(os.environ["SLOW_MARK"])
+if os.environ["SLOW_AT"] == "import":
+    MARK.write_text("importing")
+    time.sleep(60)
+
+
+class SlowStore:
+    async def list_snapshots(self):
+        MARK.write_text("running")
+        await asyncio.sleep(60)
+
+    async def close(self):
+        MARK.write_text("closed")
+
+
+class Slow:
+    @hookimpl
+    def ledger_backends(self):
+        return {"slow": lambda url, event_types: SlowStore()}
+"""
+
+SLOW_ARGS = ("--plugin", "slow_plugin:Slow", "--store", "slow:x", "ls")
+
+#: ``python -X importtime`` prints this line once the entry module is imported: from
+#: then on the command's own code runs.
+ENTRY_IMPORTED = "| sessionledger.cli.__main__"
+
+
+def interrupt(env: dict[str, str], tmp_path: Path, *, at: str, moment: str, delay: float) -> Run:
+    """Run ``sessionledger --store slow:x ls`` with the slow plugin and send it SIGINT at
+    *moment*: ``spawn`` (right after starting it), ``entry`` (when its entry module is
+    imported), or ``mark`` (when the plugin has reached *at*), then after *delay*."""
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    mark = tmp_path / "mark"
+    mark.unlink(missing_ok=True)
+    script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
+    assert script is not None
+    child = subprocess.Popen(
+        [sys.executable, "-X", "importtime", script, *SLOW_ARGS],
+        cwd=tmp_path,
+        env={**env, "SLOW_MARK": str(mark), "SLOW_AT": at},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    entered = threading.Event()
+
+    def drain() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            lines.append(line.rstrip("\n"))
+            if ENTRY_IMPORTED in line:
+                entered.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if moment == "entry":
+            assert entered.wait(60), lines
+        elif moment == "mark":
+            deadline = time.monotonic() + 60
+            reached = {"import": "importing", "run": "running"}[at]
+            while not (mark.exists() and mark.read_text() == reached):
+                assert time.monotonic() < deadline, lines
+                assert child.poll() is None, lines
+                time.sleep(0.01)
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    reader.join(timeout=60)
+    assert child.stdout is not None
+    err = [line for line in lines if not line.startswith("import time:")]
+    return Run(code, child.stdout.read(), "".join(f"{line}\n" for line in err))
+
+
+def test_ctrl_c_at_any_moment_prints_interrupted_and_exits_130(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # From the moment the entry module is imported: the rest of the imports, parsing,
+    # building the plugin set, importing a plugin (it sleeps), then the command running.
+    moments = [("import", "entry", delay) for delay in (0, 0.005, 0.02, 0.05, 0.1, 0.2)]
+    moments += [("import", "mark", 0), ("run", "mark", 0)]
+    for at, moment, delay in moments:
+        result = interrupt(cli_env, tmp_path, at=at, moment=moment, delay=delay)
+        assert (result.code, result.out, result.err) == (130, "", "interrupted\n"), (
+            moment,
+            delay,
+            result.err,
+        )
+    # Interrupted while running, the command closed its store on the way out.
+    assert (tmp_path / "mark").read_text() == "closed"
+    # Right after the spawn the signal lands in Python's own start-up, before any file of
+    # sessionledger runs: either before Python handles SIGINT at all (killed by it, as
+    # the shell reports 130) or, rarely, inside site.py (its traceback is not ours).
+    early = interrupt(cli_env, tmp_path, at="import", moment="spawn", delay=0)
+    if early.code != -signal.SIGINT:
+        assert "sessionledger" not in early.err or early.err == "interrupted\n", early

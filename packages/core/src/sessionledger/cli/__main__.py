@@ -6,18 +6,28 @@ arguments, a failed demo), any ``OSError`` (an unreadable path, a full disk) and
 ``ModuleNotFoundError`` (a distribution not installed) is printed as one line
 ``error: CODE: message`` on stderr with exit status 2, never as a traceback. Commands
 return 0, or 1 when they ran and found problems (``verify``, a failed ``copy`` check).
+
+Ctrl-C prints ``interrupted`` and exits 130 whenever it comes. Until the command starts
+(imports, parsing, plugin loading) there is nothing to clean up and the process exits at
+once; while it runs, ``asyncio.run`` cancels it so that its stores are closed first.
+Importing this module takes SIGINT over: it is the command's entry point, and the
+console script runs code of its own (a regular expression) before it calls ``main``.
+The ``sessionledger`` package imports its names lazily and this module almost nothing,
+so only Python's own start-up comes before.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING, Final
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before main runs
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Sequence
-    from types import TracebackType
+    from collections.abc import Callable, Sequence
+    from types import FrameType, TracebackType
+    from typing import Final
 
 __all__ = ["EXIT_USER_ERROR", "main"]
 
@@ -26,6 +36,24 @@ EXIT_USER_ERROR: Final = 2
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED: Final = 130
+
+
+def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
+    """SIGINT while nothing needs cleaning up: say so and exit (a ``SystemExit`` leaves
+    quietly, where a ``KeyboardInterrupt`` would print a traceback)."""
+    os.write(2, b"interrupted\n")
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _on_sigint(handler: Callable[[int, FrameType | None], object]) -> None:
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: SIGINT is not ours to take
+        return
+
+
+# Before anything else of the command runs: see the module docstring.
+_on_sigint(_exit_interrupted)
 
 
 def _fail(code: str, message: str) -> int:
@@ -58,7 +86,13 @@ def _run(argv: Sequence[str] | None) -> int:
         args.plugins = load_plugins(args.plugin_specs)
         for url in _store_urls(args):
             check_backend(url, args.plugins)
-        return asyncio.run(command(args))
+        # From here Ctrl-C raises KeyboardInterrupt: asyncio.run cancels the command,
+        # which closes its stores on the way out.
+        _on_sigint(signal.default_int_handler)
+        try:
+            return asyncio.run(command(args))
+        finally:
+            _on_sigint(_exit_interrupted)
     except app.CommandError as error:
         return _fail(error.code, str(error))
 
@@ -98,7 +132,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with *argv* (default ``sys.argv[1:]``); return the exit status."""
+    """Run the command line with *argv* (default ``sys.argv[1:]``); return the exit status.
+
+    Meant to be the process's entry point: it takes SIGINT over for the process's life.
+    """
+    _on_sigint(_exit_interrupted)  # again: the caller may have changed it since the import
     try:
         return _main(argv)
     except ModuleNotFoundError as error:
