@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata as metadata
 import os
+import re
 import shutil
 import signal
 import stat
@@ -23,7 +24,15 @@ from typing import Any
 import orjson
 import pytest
 
-from sessionledger import EventType, Ledger, SessionEvent, SessionHeader, hookimpl, thaw
+from sessionledger import (
+    EventType,
+    Ledger,
+    SessionEvent,
+    SessionHeader,
+    hookimpl,
+    thaw,
+    user_message,
+)
 from sessionledger.ledger import open_store
 from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
 
@@ -860,6 +869,40 @@ def test_copy_takes_from_and_to_and_refuses_store(cli_env: dict[str, str], tmp_p
         result = run_cli(cli_env, *args)
         assert (result.code, result.out, result.err) == (2, "", refused), args
     assert not target.exists()
+
+
+async def test_counts_of_one_read_in_the_singular(cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = store_url("jsonl", tmp_path)
+    async with Ledger.open(url) as ledger:
+        one = ledger.create("one", title="one message")
+        one.append("turn/start", {"turn": 1})
+        one.append("user/message", user_message("hi"), surface_op="append")
+        ledger.create("tiny").append("turn/start", {"turn": 1})
+    outputs = {
+        args: run_cli(cli_env, "--store", url, *args).out
+        for args in [
+            ("messages", "one"),
+            ("transcript", "one"),
+            ("verify",),
+            ("stats", "tiny"),
+            ("show", "one"),
+            ("repair", "--dry-run", "one"),
+        ]
+    }
+    # Table titles wrap to the table's width.
+    flat = " ".join(outputs["messages", "one"].split())
+    assert flat.startswith("1 message the model sees after seq 2 of one ┏")
+    assert outputs["transcript", "one"].startswith("transcript of one (1 message)")
+    verified = outputs["verify",].splitlines()
+    assert verified[0] == "✓ one  2 events  ok"
+    assert verified[2] == "✓ tiny  1 event  ok"
+    assert verified[3].endswith("a resume or 'repair' appends 1 closing event")
+    assert "with chunk runs packed into rows: 69 bytes in 1 record" in outputs["stats", "tiny"]
+    assert "'sessionledger repair one' closes it (1 event)." in outputs["show", "one"]
+    assert outputs["repair", "--dry-run", "one"].startswith("one: would append 1 closing event")
+    nouns = "events|messages|records|sessions|batches|chunks|characters|deltas|nodes|replacements"
+    for args, out in outputs.items():
+        assert re.findall(rf"(?<![\d.,-])1 (?:closing )?(?:{nouns})\b", out) == [], args
 
 
 # -- Ctrl-C ----------------------------------------------------------------------------

@@ -123,7 +123,7 @@ async def verify_session(
         if turn is not None:
             report.notes.append(
                 f"turn {turn} is open (interrupted, or still running); a resume or "
-                f"'repair' appends {repaired} closing events"
+                f"'repair' appends {plural(repaired, 'closing event')}"
             )
     if check_log is not None:
         for violation in check_log(stored):
@@ -216,14 +216,14 @@ async def verify(args: argparse.Namespace) -> int:
             )
         )
     for report in reports:
-        count = "?" if report.events is None else str(report.events)
+        count = "? events" if report.events is None else plural(report.events, "event")
         if report.problems:
-            console.print(Text(f"✗ {report.session_id}  {count} events", style="bold red"))
+            console.print(Text(f"✗ {report.session_id}  {count}", style="bold red"))
             for problem in report.problems:
                 where = f"seq {problem.seq}" if problem.seq is not None else "store"
                 console.print(Text(f"    {where}  {problem.rule}  {problem.message}"))
         else:
-            console.print(Text(f"✓ {report.session_id}  {count} events  ok", style="green"))
+            console.print(Text(f"✓ {report.session_id}  {count}  ok", style="green"))
         for note in report.notes:
             console.print(Text(f"    note: {note}", style="yellow"))
     for message in skipped:

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sessionledger import jsoncodec
+from sessionledger.cli.words import plural
 from sessionledger.events import APPEND, Replace, SessionEvent
 from sessionledger.snapshot import thaw
 from sessionledger.vocabulary import (
@@ -107,13 +108,6 @@ def write_jsonl(values: Iterable[Any]) -> None:
 
 
 # -- small formatters --------------------------------------------------------------------
-
-
-def plural(count: int, noun: str) -> str:
-    """Return ``"1 session"`` / ``"3 sessions"`` (``"2 batches"``)."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{count} {noun}s"
 
 
 def local_time(ms: int) -> str:
@@ -276,7 +270,7 @@ def _run_preview(events: Sequence[SessionEvent]) -> str:
         if type(piece) is str and kind in ("text-delta", "reasoning-delta", "tool-call-delta"):
             deltas += 1
             streamed.append(piece)
-    return _clip(f"{deltas} deltas: {''.join(streamed)}")
+    return _clip(f"{plural(deltas, 'delta')}: {''.join(streamed)}")
 
 
 #: Below this console width the event table leaves out the time column.
