@@ -34,7 +34,12 @@ from sessionledger import (
     user_message,
 )
 from sessionledger.ledger import open_store
-from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
+from sessionledger.testing.builders import (
+    closed_turn,
+    compact,
+    finish_pending_call,
+    open_turn_with_pending_call,
+)
 
 BACKENDS = ("sqlite", "jsonl")
 ROOT = Path(__file__).resolve().parents[1]
@@ -469,6 +474,91 @@ async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
         in run_cli(cli_env, "--store", url, "repair", "--salvage", "closed-1").out
     )
     assert run_cli(cli_env, "--store", url, "verify", "closed-1").code == 0
+
+
+async def test_a_torn_tail_is_noted_by_verify_and_repair_dry_run_shows_exactly_what_repair_does(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    logs: dict[str, tuple[Path, bytes]] = {}
+    async with Ledger.open(url) as ledger:
+        for session_id in ("torn-1", "torn-2"):  # the same, seen as text and as JSON
+            session = ledger.create(session_id)
+            closed_turn(session, 1)
+            await ledger.flush(session)
+            open_turn_with_pending_call(session, 2)  # seq 21-28, the tool running
+            await ledger.flush(session)
+            finish_pending_call(session, 2)  # seq 29-31
+            await ledger.flush(session)
+    for session_id in ("torn-1", "torn-2"):
+        (log,) = [path for path in tmp_path.rglob("session.jsonl") if session_id in str(path)]
+        # A crash while the last batch was written: its commit record is cut off.
+        logs[session_id] = (log, log.read_bytes()[:-20])
+        log.write_bytes(logs[session_id][1])
+
+    def intact_end(data: bytes) -> int:
+        """Where the torn batch starts: right after the second commit record's line."""
+        lines = data.split(b"\n")
+        second = [i for i, line in enumerate(lines) if line.startswith(b'{"commit"')][1]
+        return sum(len(line) + 1 for line in lines[: second + 1])
+
+    log, torn = logs["torn-1"]
+    intact = intact_end(torn)
+    what = "starting at batch 3 (from line 23): 1 batch, 4 records, seqs 29-31"
+
+    verified = run_cli(cli_env, "--store", url, "verify", "torn-1")
+    assert verified.code == 0, verified
+    assert " ".join(verified.out.split()).startswith(
+        f"✓ torn-1 29 events ok note: the log ends with a torn tail ({what}) after its last "
+        "intact batch, a write cut short; a resume or 'repair' moves it into a quarantine "
+        "file ('repair --dry-run' shows what) note: turn 2 is open"
+    )
+
+    before = store_bytes(url)
+    plan = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-1")
+    planned = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-1", "--json").json()
+    assert store_bytes(url) == before  # byte for byte
+    flat = " ".join(plan.out.split())
+    assert flat.startswith(
+        f"torn-1: would move the torn tail ({what}) into a quarantine file beside the log "
+        "torn-1: would append 3 closing events (seq 29-31) ┏"
+    )
+    assert flat.endswith("run 'sessionledger repair torn-1' to do it")
+
+    done = run_cli(cli_env, "--store", url, "repair", "torn-1")
+    (quarantine,) = log.parent.glob("session.jsonl.quarantine-*")
+    assert " ".join(done.out.split()).startswith(
+        f"torn-1: moved the torn tail ({what}; {len(torn) - intact} bytes) to {quarantine} "
+        "torn-1: appended 3 closing events (seq 29-31) ┏"
+    )
+    # The quarantine holds exactly the cut bytes; the log keeps the intact prefix and
+    # then the very closers the dry run showed.
+    assert quarantine.read_bytes() == torn[intact:]
+    assert log.read_bytes().startswith(torn[:intact])
+    assert [event["type"] for event in planned["appended"]] == [
+        "tool/result",
+        "step/end",
+        "turn/end",
+    ]
+    assert (await stored_events(url, "torn-1"))[29:] == planned["appended"]
+    again = run_cli(cli_env, "--store", url, "verify", "torn-1")
+    assert (again.code, "note" in again.out) == (0, False)
+    assert "nothing to repair" in run_cli(cli_env, "--store", url, "repair", "torn-1").out
+
+    # The same as JSON: the plan, then what was done, where the quarantine went.
+    planned = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-2", "--json").json()
+    done_json = run_cli(cli_env, "--store", url, "repair", "torn-2", "--json").json()
+    tail = {"startsAt": "batch 3 (from line 23)", "batches": 1, "records": 4, "seqs": [29, 31]}
+    assert planned["tornTail"] == {**tail, "quarantine": None, "movedBytes": 0}
+    log, torn = logs["torn-2"]
+    (moved,) = log.parent.glob("session.jsonl.quarantine-*")
+    assert moved.read_bytes() == torn[intact_end(torn) :]
+    assert done_json["tornTail"] == {
+        **tail,
+        "quarantine": str(moved),
+        "movedBytes": len(torn) - intact_end(torn),
+    }
+    assert done_json["appended"] == planned["appended"]
 
 
 async def test_the_default_store_and_its_parents_are_private_whatever_the_umask(

@@ -21,13 +21,21 @@ from rich.text import Text
 
 from sessionledger.cli.inspecting import open_turn
 from sessionledger.cli.missing import install_hint
-from sessionledger.cli.render import event_table, make_console, plural, write_json
+from sessionledger.cli.render import event_table, make_console, plural, seq_ranges, write_json
 from sessionledger.cli.stores import opened_store
 from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
 from sessionledger.events import SessionEvent
-from sessionledger.persistence import SessionPersistence
+from sessionledger.persistence import SessionPersistence, TornTail
 
-__all__ = ["Problem", "SessionReport", "load_check_log", "repair", "verify", "verify_session"]
+__all__ = [
+    "Problem",
+    "SessionReport",
+    "load_check_log",
+    "repair",
+    "torn_text",
+    "verify",
+    "verify_session",
+]
 
 #: Exit status of ``verify`` when it found problems (2 stays reserved for user mistakes).
 EXIT_PROBLEMS = 1
@@ -113,11 +121,11 @@ async def verify_session(
         report.problems.append(_problem(error))
     else:
         repaired = len(view.events) - len(stored)
-        if view.torn_batches:
+        if view.torn_tail is not None and view.torn_tail.starts_at is not None:
             report.notes.append(
-                f"the log ends with a torn tail ({view.torn_batches} incomplete or damaged "
-                "last batch, after the last intact one); a resume or 'repair' moves it into "
-                "a quarantine file, and 'repair --salvage' shows what it holds"
+                f"the log ends with a torn tail ({torn_text(view.torn_tail)}) after its last "
+                "intact batch, a write cut short; a resume or 'repair' moves it into a "
+                "quarantine file ('repair --dry-run' shows what)"
             )
         turn = open_turn(stored)
         if turn is not None:
@@ -237,48 +245,87 @@ async def verify(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if failed or skipped else 0
 
 
+def torn_text(torn: TornTail) -> str:
+    """Describe a torn tail: where it starts, its batches and records, its seqs."""
+    seqs = f"seqs {torn.seqs[0]}-{torn.seqs[1]}" if torn.seqs else "no readable seq"
+    return (
+        f"starting at {torn.starts_at}: {plural(torn.batches, 'batch')}, "
+        f"{plural(torn.records, 'record')}, {seqs}"
+    )
+
+
+def _torn_action(session_id: str, torn: TornTail, end: int, *, done: bool) -> str:
+    """Say what cutting *torn* off does (*done*) or would do; *end* is the seq it cuts at."""
+    if torn.starts_at is None:  # the store found the cut itself: its count, no records
+        verb = "rewrote" if done else "would rewrite"
+        return (
+            f"{session_id}: {verb} the log's stored end at seq {end} (the store's count "
+            "disagrees with its records; nothing to move)"
+        )
+    if not done:
+        return (
+            f"{session_id}: would move the torn tail ({torn_text(torn)}) into a quarantine "
+            "file beside the log"
+        )
+    where = f" to {torn.quarantine}" if torn.quarantine else ""
+    return (
+        f"{session_id}: moved the torn tail ({torn_text(torn)}; "
+        f"{plural(torn.moved_bytes, 'byte')}){where}"
+    )
+
+
+def _torn_json(torn: TornTail | None) -> dict[str, Any] | None:
+    if torn is None:
+        return None
+    return {
+        "startsAt": torn.starts_at,
+        "batches": torn.batches,
+        "records": torn.records,
+        "seqs": list(torn.seqs) if torn.seqs else None,
+        "quarantine": torn.quarantine,
+        "movedBytes": torn.moved_bytes,
+    }
+
+
 async def repair(args: argparse.Namespace) -> int:
-    """``repair ID [--dry-run] [--salvage]``: close an interrupted turn durably (``load``),
-    or show what would be appended (``inspect``, nothing written). ``--salvage`` cuts a
-    damaged log back to its longest intact prefix instead, moving the rest aside."""
+    """``repair ID [--dry-run] [--salvage]``: cut a torn tail off into quarantine and close
+    an interrupted turn, durably (``load``), or show exactly that without writing
+    (``inspect``). ``--salvage`` cuts a damaged log back to its longest intact prefix
+    instead, moving the rest aside."""
     if args.salvage:
         return await _salvage(args)
     async with opened_store(args.store_url, plugins=args.plugins) as store:
         before = await store.read_from(args.id, 0)
-        view = await store.inspect(args.id)
-        after = view.events
-        rewritten = False
+        stored = await store.inspect(args.id)
         if not args.dry_run:
-            loaded = await store.load(args.id)
-            after = loaded.events
-            rewritten = loaded.revision != view.revision
-    appended = list(after[len(before) :])
+            stored = await store.load(args.id)
+    appended = list(stored.events[len(before) :])
+    torn = stored.torn_tail
     if args.json:
         write_json(
             {
                 "id": args.id,
                 "dryRun": bool(args.dry_run),
+                "tornTail": _torn_json(torn),
                 "appended": [event.to_json() for event in appended],
             }
         )
         return 0
     console = make_console()
-    if not appended:
-        # A torn tail after the last closed turn is moved aside by load without closers.
-        done = (
-            "moved a torn final batch into quarantine"
-            if rewritten
-            else "nothing to repair (no open turn)"
-        )
-        console.print(f"{args.id}: {done}", markup=False)
+    if torn is None and not appended:
+        console.print(f"{args.id}: nothing to repair (no torn tail, no open turn)", markup=False)
         return 0
-    verb = "would append" if args.dry_run else "appended"
-    seqs = f"seq {appended[0].seq}-{appended[-1].seq}"
-    what = plural(len(appended), "closing event")
-    console.print(Text(f"{args.id}: {verb} {what} ({seqs})", style="bold"))
-    console.print(event_table(appended, width=console.width))
+    if torn is not None:
+        action = _torn_action(args.id, torn, len(before), done=not args.dry_run)
+        console.print(Text(action, style="bold"))
+    if appended:
+        verb = "would append" if args.dry_run else "appended"
+        seqs = seq_ranges([event.seq for event in appended])
+        what = plural(len(appended), "closing event")
+        console.print(Text(f"{args.id}: {verb} {what} (seq {seqs})", style="bold"))
+        console.print(event_table(appended, width=console.width))
     if args.dry_run:
-        console.print(f"run 'sessionledger repair {args.id}' to write them", markup=False)
+        console.print(f"run 'sessionledger repair {args.id}' to do it", markup=False)
     return 0
 
 
