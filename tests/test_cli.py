@@ -8,12 +8,16 @@ SQLite file or a JSONL directory under ``tmp_path``; ``XDG_DATA_HOME`` points in
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata as metadata
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +25,26 @@ import orjson
 import pytest
 from rich.cells import cell_len
 
-from sessionledger import EventType, Ledger, SessionEvent, SessionHeader, hookimpl, thaw
+from sessionledger import (
+    EventType,
+    Ledger,
+    SessionEvent,
+    SessionHeader,
+    hookimpl,
+    thaw,
+    user_message,
+)
 from sessionledger.cli.render import seq_ranges
 from sessionledger.ledger import open_store
-from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
+from sessionledger.testing.builders import (
+    closed_turn,
+    compact,
+    finish_pending_call,
+    open_turn_with_pending_call,
+)
 
 BACKENDS = ("sqlite", "jsonl")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -679,6 +697,91 @@ async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
     assert run_cli(cli_env, "--store", url, "verify", "closed-1").code == 0
 
 
+async def test_a_torn_tail_is_noted_by_verify_and_repair_dry_run_shows_exactly_what_repair_does(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("jsonl", tmp_path)
+    logs: dict[str, tuple[Path, bytes]] = {}
+    async with Ledger.open(url) as ledger:
+        for session_id in ("torn-1", "torn-2"):  # the same, seen as text and as JSON
+            session = ledger.create(session_id)
+            closed_turn(session, 1)
+            await ledger.flush(session)
+            open_turn_with_pending_call(session, 2)  # seq 21-28, the tool running
+            await ledger.flush(session)
+            finish_pending_call(session, 2)  # seq 29-31
+            await ledger.flush(session)
+    for session_id in ("torn-1", "torn-2"):
+        (log,) = [path for path in tmp_path.rglob("session.jsonl") if session_id in str(path)]
+        # A crash while the last batch was written: its commit record is cut off.
+        logs[session_id] = (log, log.read_bytes()[:-20])
+        log.write_bytes(logs[session_id][1])
+
+    def intact_end(data: bytes) -> int:
+        """Where the torn batch starts: right after the second commit record's line."""
+        lines = data.split(b"\n")
+        second = [i for i, line in enumerate(lines) if line.startswith(b'{"commit"')][1]
+        return sum(len(line) + 1 for line in lines[: second + 1])
+
+    log, torn = logs["torn-1"]
+    intact = intact_end(torn)
+    what = "starting at batch 3 (from line 23): 1 batch, 4 records, seqs 29-31"
+
+    verified = run_cli(cli_env, "--store", url, "verify", "torn-1")
+    assert verified.code == 0, verified
+    assert " ".join(verified.out.split()).startswith(
+        f"✓ torn-1 29 events ok note: the log ends with a torn tail ({what}) after its last "
+        "intact batch, a write cut short; a resume or 'repair' moves it into a quarantine "
+        "file ('repair --dry-run' shows what) note: turn 2 is open"
+    )
+
+    before = store_bytes(url)
+    plan = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-1")
+    planned = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-1", "--json").json()
+    assert store_bytes(url) == before  # byte for byte
+    flat = " ".join(plan.out.split())
+    assert flat.startswith(
+        f"torn-1: would move the torn tail ({what}) into a quarantine file beside the log "
+        "torn-1: would append 3 closing events (seq 29-31) ┏"
+    )
+    assert flat.endswith("run 'sessionledger repair torn-1' to do it")
+
+    done = run_cli(cli_env, "--store", url, "repair", "torn-1")
+    (quarantine,) = log.parent.glob("session.jsonl.quarantine-*")
+    assert " ".join(done.out.split()).startswith(
+        f"torn-1: moved the torn tail ({what}; {len(torn) - intact} bytes) to {quarantine} "
+        "torn-1: appended 3 closing events (seq 29-31) ┏"
+    )
+    # The quarantine holds exactly the cut bytes; the log keeps the intact prefix and
+    # then the very closers the dry run showed.
+    assert quarantine.read_bytes() == torn[intact:]
+    assert log.read_bytes().startswith(torn[:intact])
+    assert [event["type"] for event in planned["appended"]] == [
+        "tool/result",
+        "step/end",
+        "turn/end",
+    ]
+    assert (await stored_events(url, "torn-1"))[29:] == planned["appended"]
+    again = run_cli(cli_env, "--store", url, "verify", "torn-1")
+    assert (again.code, "note" in again.out) == (0, False)
+    assert "nothing to repair" in run_cli(cli_env, "--store", url, "repair", "torn-1").out
+
+    # The same as JSON: the plan, then what was done, where the quarantine went.
+    planned = run_cli(cli_env, "--store", url, "repair", "--dry-run", "torn-2", "--json").json()
+    done_json = run_cli(cli_env, "--store", url, "repair", "torn-2", "--json").json()
+    tail = {"startsAt": "batch 3 (from line 23)", "batches": 1, "records": 4, "seqs": [29, 31]}
+    assert planned["tornTail"] == {**tail, "quarantine": None, "movedBytes": 0}
+    log, torn = logs["torn-2"]
+    (moved,) = log.parent.glob("session.jsonl.quarantine-*")
+    assert moved.read_bytes() == torn[intact_end(torn) :]
+    assert done_json["tornTail"] == {
+        **tail,
+        "quarantine": str(moved),
+        "movedBytes": len(torn) - intact_end(torn),
+    }
+    assert done_json["appended"] == planned["appended"]
+
+
 async def test_the_default_store_and_its_parents_are_private_whatever_the_umask(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -831,3 +934,397 @@ def test_user_mistakes_are_one_line_and_exit_2(cli_env: dict[str, str], tmp_path
     for args, code in cases:
         assert_user_error(run_cli(cli_env, *args), code)
     assert not (tmp_path / "missing.db").exists()
+
+
+# -- installs: what runs with the core alone, and what to install ----------------------
+
+#: Runs the command as if only the core distribution were installed. A fresh virtual
+#: environment would be the most faithful but needs a package index and takes long, so
+#: instead the siblings' distributions are hidden from ``importlib.metadata`` (where
+#: pluggy finds entry points, and ``--version`` versions) and their modules made
+#: unimportable (``sys.modules[name] = None`` makes ``import name`` raise
+#: ``ModuleNotFoundError``, as for a module that is not installed). Then ``main`` runs.
+ONLY_CORE = """
+import importlib.metadata as metadata
+import sys
+
+HIDDEN = {"sessionledger-sqlite", "sessionledger-jsonl", "sessionledger-postgres",
+          "sessionledger-invariants"}
+for hidden in HIDDEN:
+    sys.modules[hidden.replace("-", "_")] = None
+
+def visible(name):
+    return (name or "").lower().replace("_", "-") not in HIDDEN
+
+every, one = metadata.distributions, metadata.distribution
+
+def distributions(**kwargs):
+    return [dist for dist in every(**kwargs) if visible(dist.metadata["Name"])]
+
+def distribution(name):
+    if not visible(name):
+        raise metadata.PackageNotFoundError(name)
+    return one(name)
+
+metadata.distributions = distributions
+metadata.distribution = distribution
+metadata.version = lambda name: distribution(name).version
+from sessionledger.cli.__main__ import main
+sys.argv[0] = "sessionledger"
+sys.exit(main())
+"""
+
+
+def without(modules: str) -> list[str]:
+    """A command line that runs ``main`` with *modules* (comma-separated) unimportable."""
+    hide = "; ".join(f"sys.modules[{name!r}] = None" for name in modules.split(","))
+    code = f"import sys; {hide}; from sessionledger.cli.__main__ import main; sys.exit(main())"
+    return [sys.executable, "-c", code]
+
+
+def install_line(scheme: str, distribution: str, folder: str) -> str:
+    return (
+        f"error: CONFIG: no backend serves {scheme}: URLs (registered schemes: memory:); "
+        f"install {distribution} (from a checkout: pip install ./packages/{folder})"
+    )
+
+
+def test_rich_is_a_dependency_of_the_core_not_of_an_extra() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "packages" / "core" / "pyproject.toml").read_text())["project"]
+    assert "rich>=13" in project["dependencies"]
+    assert not any(req.startswith("rich") for req in project["optional-dependencies"]["cli"])
+
+
+def test_with_only_the_core_every_command_runs_or_names_what_to_install(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    only_core = [sys.executable, "-c", ONLY_CORE]
+    sqlite = install_line("sqlite", "sessionledger-sqlite", "persistence-sqlite")
+    target = tmp_path / "copy.db"
+    for args in [
+        ("ls",),  # the default store is sqlite:
+        ("demo",),
+        ("show", "x"),
+        ("messages", "x"),
+        ("transcript", "x"),
+        ("verify",),
+        ("repair", "x"),
+        ("stats", "x"),
+        ("delete", "x"),
+        ("copy", "--from", "memory:a", "--to", f"sqlite:{target}"),
+    ]:
+        result = run_cli(cli_env, *args, command=only_core)
+        assert_user_error(result, "CONFIG")
+        assert result.err == sqlite + "\n", args
+    for url, line in [
+        (f"jsonl:{tmp_path}", install_line("jsonl", "sessionledger-jsonl", "persistence-jsonl")),
+        (
+            "postgresql://me@localhost/ledger",
+            install_line("postgresql", "sessionledger-postgres", "persistence-postgres"),
+        ),
+    ]:
+        result = run_cli(cli_env, "--store", url, "ls", command=only_core)
+        assert (result.code, result.err) == (2, line + "\n")
+    # What needs no backend works.
+    listed = run_cli(cli_env, "--store", "memory:x", "ls", command=only_core)
+    assert (listed.code, listed.out, listed.err) == (0, "no sessions in memory:x\n", "")
+    catalog = run_cli(cli_env, "catalog", "--json", command=only_core)
+    assert catalog.code == 0
+    assert catalog.json()["storeSchemes"] == ["memory"]
+    verified = run_cli(cli_env, "--store", "memory:x", "verify", command=only_core)
+    assert verified.code == 0
+    assert verified.out.splitlines() == [
+        "note: invariants not checked; install sessionledger-invariants "
+        "(from a checkout: pip install ./packages/invariants)",
+        "verified 0 sessions: 0 ok",
+    ]
+    version = run_cli(cli_env, "--version", command=only_core)
+    assert (version.code, version.out) == (
+        0,
+        f"sessionledger {metadata.version('sessionledger')}\n",
+    )
+    assert not target.exists()
+    assert not (tmp_path / "xdg").exists()
+
+
+async def test_a_jsonl_url_without_the_backend_is_an_error_whether_or_not_it_exists(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    line = install_line("jsonl", "sessionledger-jsonl", "persistence-jsonl") + "\n"
+    existing = store_url("jsonl", tmp_path)
+    await fill_store(existing)
+    for url in (f"jsonl:{tmp_path / 'missing'}", existing):
+        result = run_cli(cli_env, "--store", url, "ls", command=[sys.executable, "-c", ONLY_CORE])
+        assert (result.code, result.out, result.err) == (2, "", line), url
+    # Installed but switched off: the message says so instead of asking for an install.
+    switched_off = run_cli(
+        {**cli_env, "SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD": "1"}, "--store", existing, "ls"
+    )
+    assert_user_error(switched_off, "CONFIG")
+    assert switched_off.err.endswith(
+        "; sessionledger-jsonl is installed, but SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD keeps "
+        "it unloaded\n"
+    )
+    # With the backend, a directory that does not exist is a store with no sessions.
+    missing = run_cli(cli_env, "--store", f"jsonl:{tmp_path / 'missing'}", "ls")
+    assert (missing.code, missing.out.split()[:2]) == (0, ["no", "sessions"])
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_missing_module_is_one_line_naming_what_to_install(cli_env: dict[str, str]) -> None:
+    core = "(from a checkout: pip install ./packages/core)"
+    memory = ("--store", "memory:a")
+    for args in [
+        (*memory, "ls"),
+        ("catalog",),
+        (*memory, "demo"),
+        (*memory, "verify"),
+        ("copy", "--from", "memory:a", "--to", "memory:b"),
+    ]:
+        result = run_cli(cli_env, *args, command=without("rich"))
+        assert_user_error(result, "CONFIG")
+        assert result.err.startswith("error: CONFIG: no module named 'rich' (imported by ")
+        assert result.err.endswith(
+            f", a dependency of sessionledger: install rich, or reinstall sessionledger {core}\n"
+        )
+        assert "sessionledger[cli]" not in result.err
+    # An entry point whose module needs a missing module: named, with its distribution.
+    broken = run_cli(cli_env, "catalog", command=without("asyncpg"))
+    assert broken.err == (
+        "error: CONFIG: no module named 'asyncpg' (imported by sessionledger_postgres.store), "
+        "a dependency of sessionledger-postgres: install asyncpg, or reinstall "
+        "sessionledger-postgres (from a checkout: pip install ./packages/persistence-postgres)\n"
+    )
+    assert broken.code == 2
+
+
+# -- the parser: version, usage errors, copy's stores ----------------------------------
+
+
+def test_version_names_the_installed_distributions(cli_env: dict[str, str]) -> None:
+    siblings = sorted(
+        {
+            (name, dist.version)
+            for dist in metadata.distributions()
+            if (name := (dist.metadata["Name"] or "").lower().replace("_", "-")).startswith(
+                "sessionledger-"
+            )
+        }
+    )
+    assert ("sessionledger-sqlite", metadata.version("sessionledger-sqlite")) in siblings
+    result = run_cli(cli_env, "--version")
+    assert (result.code, result.err) == (0, "")
+    assert result.out.splitlines() == [
+        f"sessionledger {metadata.version('sessionledger')}",
+        *(f"  {name} {version}" for name, version in siblings),
+    ]
+
+
+#: Each command with the arguments it needs, so that only the mistake added is wrong.
+COMMAND_ARGS: dict[str, tuple[str, ...]] = {
+    "demo": (),
+    "ls": (),
+    "show": ("x",),
+    "messages": ("x",),
+    "transcript": ("x",),
+    "verify": (),
+    "repair": ("x",),
+    "copy": ("--from", "memory:a", "--to", "memory:b"),
+    "catalog": (),
+    "stats": ("x",),
+    "delete": ("x",),
+}
+
+
+def test_a_usage_error_points_to_the_help_of_its_command(cli_env: dict[str, str]) -> None:
+    from sessionledger.cli.app import COMMANDS
+
+    assert set(COMMAND_ARGS) == set(COMMANDS)
+    for name, needed in COMMAND_ARGS.items():
+        see = f"(see 'sessionledger {name} --help')"
+        for args in [(name, *needed, "--bogus"), ("--bogus", name, *needed)]:
+            result = run_cli(cli_env, *args)
+            assert_user_error(result, "USAGE")
+            assert result.err == f"error: USAGE: unrecognized arguments: --bogus {see}\n", args
+        if needed:  # leaving out what it needs
+            result = run_cli(cli_env, name)
+            assert_user_error(result, "USAGE")
+            assert result.err.endswith(f" {see}\n"), name
+    extra = run_cli(cli_env, "delete", "a", "b")
+    assert (
+        extra.err == "error: USAGE: unrecognized arguments: b (see 'sessionledger delete --help')\n"
+    )
+    for args in [(), ("nope",)]:
+        assert run_cli(cli_env, *args).err.endswith(" (see 'sessionledger --help')\n")
+
+
+def test_copy_takes_from_and_to_and_refuses_store(cli_env: dict[str, str], tmp_path: Path) -> None:
+    helped = run_cli(cli_env, "copy", "--help")
+    assert helped.code == 0
+    assert "--from URL" in helped.out
+    assert "--store" not in helped.out
+    assert "--store URL" in run_cli(cli_env, "ls", "--help").out
+    refused = (
+        "error: USAGE: copy takes no --store: it reads --from URL and writes --to URL "
+        "(see 'sessionledger copy --help')\n"
+    )
+    target = tmp_path / "target.db"
+    copy = ("copy", "--from", "memory:a", "--to", f"sqlite:{target}")
+    for args in [
+        (*copy, "--store", "memory:c"),
+        (*copy, "--store=memory:c"),
+        ("--store", "memory:c", *copy),
+    ]:
+        result = run_cli(cli_env, *args)
+        assert (result.code, result.out, result.err) == (2, "", refused), args
+    assert not target.exists()
+
+
+async def test_counts_of_one_read_in_the_singular(cli_env: dict[str, str], tmp_path: Path) -> None:
+    url = store_url("jsonl", tmp_path)
+    async with Ledger.open(url) as ledger:
+        one = ledger.create("one", title="one message")
+        one.append("turn/start", {"turn": 1})
+        one.append("user/message", user_message("hi"), surface_op="append")
+        ledger.create("tiny").append("turn/start", {"turn": 1})
+    outputs = {
+        args: run_cli(cli_env, "--store", url, *args).out
+        for args in [
+            ("messages", "one"),
+            ("transcript", "one"),
+            ("verify",),
+            ("stats", "tiny"),
+            ("show", "one"),
+            ("repair", "--dry-run", "one"),
+        ]
+    }
+    # Table titles wrap to the table's width.
+    flat = " ".join(outputs["messages", "one"].split())
+    assert flat.startswith("1 message the model sees after seq 2 of one ┏")
+    assert outputs["transcript", "one"].startswith("transcript of one (1 message)")
+    verified = outputs["verify",].splitlines()
+    assert verified[0] == "✓ one  2 events  ok"
+    assert verified[2] == "✓ tiny  1 event  ok"
+    assert verified[3].endswith("a resume or 'repair' appends 1 closing event")
+    assert "with chunk runs packed into rows: 69 bytes in 1 record" in outputs["stats", "tiny"]
+    assert "'sessionledger repair one' closes it (1 event)." in outputs["show", "one"]
+    assert outputs["repair", "--dry-run", "one"].startswith("one: would append 1 closing event")
+    nouns = "events|messages|records|sessions|batches|chunks|characters|deltas|nodes|replacements"
+    for args, out in outputs.items():
+        assert re.findall(rf"(?<![\d.,-])1 (?:closing )?(?:{nouns})\b", out) == [], args
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------
+
+#: A plugin that makes start-up or the command slow: with SLOW_AT=import its import
+#: sleeps (plugin loading), with SLOW_AT=run the ``slow:`` store's listing does (the
+#: command running); SLOW_MARK says how far it got.
+SLOW_PLUGIN = """
+import asyncio, os, time
+from pathlib import Path
+
+from sessionledger import hookimpl
+
+MARK = Path(os.environ["SLOW_MARK"])
+if os.environ["SLOW_AT"] == "import":
+    MARK.write_text("importing")
+    time.sleep(60)
+
+
+class SlowStore:
+    async def list_snapshots(self):
+        MARK.write_text("running")
+        await asyncio.sleep(60)
+
+    async def close(self):
+        MARK.write_text("closed")
+
+
+class Slow:
+    @hookimpl
+    def ledger_backends(self):
+        return {"slow": lambda url, event_types: SlowStore()}
+"""
+
+SLOW_ARGS = ("--plugin", "slow_plugin:Slow", "--store", "slow:x", "ls")
+
+#: ``python -X importtime`` prints this line once the entry module is imported: from
+#: then on the command's own code runs.
+ENTRY_IMPORTED = "| sessionledger.cli.__main__"
+
+
+def interrupt(env: dict[str, str], tmp_path: Path, *, at: str, moment: str, delay: float) -> Run:
+    """Run ``sessionledger --store slow:x ls`` with the slow plugin and send it SIGINT at
+    *moment*: ``spawn`` (right after starting it), ``entry`` (when its entry module is
+    imported), or ``mark`` (when the plugin has reached *at*), then after *delay*."""
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    mark = tmp_path / "mark"
+    mark.unlink(missing_ok=True)
+    script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
+    assert script is not None
+    child = subprocess.Popen(
+        [sys.executable, "-X", "importtime", script, *SLOW_ARGS],
+        cwd=tmp_path,
+        env={**env, "SLOW_MARK": str(mark), "SLOW_AT": at},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    entered = threading.Event()
+
+    def drain() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            lines.append(line.rstrip("\n"))
+            if ENTRY_IMPORTED in line:
+                entered.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if moment == "entry":
+            assert entered.wait(60), lines
+        elif moment == "mark":
+            deadline = time.monotonic() + 60
+            reached = {"import": "importing", "run": "running"}[at]
+            while not (mark.exists() and mark.read_text() == reached):
+                assert time.monotonic() < deadline, lines
+                assert child.poll() is None, lines
+                time.sleep(0.01)
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    reader.join(timeout=60)
+    assert child.stdout is not None
+    err = [line for line in lines if not line.startswith("import time:")]
+    return Run(code, child.stdout.read(), "".join(f"{line}\n" for line in err))
+
+
+def test_ctrl_c_at_any_moment_prints_interrupted_and_exits_130(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # From the moment the entry module is imported: the rest of the imports, parsing,
+    # building the plugin set, importing a plugin (it sleeps), then the command running.
+    moments = [("import", "entry", delay) for delay in (0, 0.005, 0.02, 0.05, 0.1, 0.2)]
+    moments += [("import", "mark", 0), ("run", "mark", 0)]
+    for at, moment, delay in moments:
+        result = interrupt(cli_env, tmp_path, at=at, moment=moment, delay=delay)
+        assert (result.code, result.out, result.err) == (130, "", "interrupted\n"), (
+            moment,
+            delay,
+            result.err,
+        )
+    # Interrupted while running, the command closed its store on the way out.
+    assert (tmp_path / "mark").read_text() == "closed"
+    # Right after the spawn the signal lands in Python's own start-up, before any file of
+    # sessionledger runs: either before Python handles SIGINT at all (killed by it, as
+    # the shell reports 130) or, rarely, inside site.py (its traceback is not ours).
+    early = interrupt(cli_env, tmp_path, at="import", moment="spawn", delay=0)
+    if early.code != -signal.SIGINT:
+        assert "sessionledger" not in early.err or early.err == "interrupted\n", early

@@ -21,54 +21,68 @@ the log through a backend chosen by URL (``memory:``, ``jsonl:DIR``, ``sqlite:PA
 The user documentation is in the repository's ``docs/`` directory: ``docs/README.md``
 is the index (events, the surface, reading, durability, storage formats, errors,
 plugins, backends).
+
+The names below are imported on first use (``sessionledger.Ledger``, ``from sessionledger
+import Ledger``): importing the package alone costs next to nothing, so the command line
+takes Ctrl-C over before the heavy imports run.
 """
 
-from sessionledger.derive import messages_at, transcript
-from sessionledger.errors import (
-    ConfigError,
-    CorruptLogError,
-    EventDataError,
-    EventEnvelopeError,
-    ForkError,
-    FormatUnsupportedError,
-    HeaderError,
-    InvariantError,
-    JsonValueError,
-    LedgerError,
-    MessageShapeError,
-    NotLiveError,
-    ReentrantAppendError,
-    ResourceLimitError,
-    SeedError,
-    SeqMismatchError,
-    SessionExistsError,
-    SessionLockedError,
-    SessionNotFoundError,
-    StorageRowError,
-    SurfaceError,
-    UnknownEventTypeError,
-)
-from sessionledger.events import (
-    APPEND,
-    SESSION_FORMAT_VERSION,
-    Replace,
-    SessionEvent,
-    SessionHeader,
-)
-from sessionledger.hookspecs import hookimpl, hookspec
-from sessionledger.ledger import Ledger, open_store
-from sessionledger.registry import EventType, EventTypeRegistry
-from sessionledger.session import Session, SessionHooks
-from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
-from sessionledger.surface import Replacement, SurfaceFold, fold_surface
-from sessionledger.vocabulary import (
-    SURFACE_TYPES,
-    Message,
-    assistant_message,
-    tool_call_block,
-    tool_result,
-    user_message,
-)
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Final
+
+    from sessionledger.derive import messages_at, transcript
+    from sessionledger.errors import (
+        ConfigError,
+        CorruptLogError,
+        EventDataError,
+        EventEnvelopeError,
+        ForkError,
+        FormatUnsupportedError,
+        HeaderError,
+        InvariantError,
+        JsonValueError,
+        LedgerError,
+        MessageShapeError,
+        NotLiveError,
+        ReentrantAppendError,
+        ResourceLimitError,
+        SeedError,
+        SeqMismatchError,
+        SessionExistsError,
+        SessionLockedError,
+        SessionNotFoundError,
+        StorageRowError,
+        SurfaceError,
+        UnknownEventTypeError,
+    )
+    from sessionledger.events import (
+        APPEND,
+        SESSION_FORMAT_VERSION,
+        Replace,
+        SessionEvent,
+        SessionHeader,
+    )
+    from sessionledger.hookspecs import hookimpl, hookspec
+    from sessionledger.ledger import Ledger, open_store
+    from sessionledger.registry import EventType, EventTypeRegistry
+    from sessionledger.session import Session, SessionHooks
+    from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
+    from sessionledger.surface import Replacement, SurfaceFold, fold_surface
+    from sessionledger.vocabulary import (
+        SURFACE_TYPES,
+        Message,
+        assistant_message,
+        tool_call_block,
+        tool_result,
+        user_message,
+    )
 
 __all__ = [
     "APPEND",
@@ -122,3 +136,81 @@ __all__ = [
     "transcript",
     "user_message",
 ]
+
+
+#: Each module of the package and the names of it the package exports.
+_EXPORTS: Final = {
+    "sessionledger.derive": ("messages_at", "transcript"),
+    "sessionledger.errors": (
+        "ConfigError",
+        "CorruptLogError",
+        "EventDataError",
+        "EventEnvelopeError",
+        "ForkError",
+        "FormatUnsupportedError",
+        "HeaderError",
+        "InvariantError",
+        "JsonValueError",
+        "LedgerError",
+        "MessageShapeError",
+        "NotLiveError",
+        "ReentrantAppendError",
+        "ResourceLimitError",
+        "SeedError",
+        "SeqMismatchError",
+        "SessionExistsError",
+        "SessionLockedError",
+        "SessionNotFoundError",
+        "StorageRowError",
+        "SurfaceError",
+        "UnknownEventTypeError",
+    ),
+    "sessionledger.events": (
+        "APPEND",
+        "SESSION_FORMAT_VERSION",
+        "Replace",
+        "SessionEvent",
+        "SessionHeader",
+    ),
+    "sessionledger.hookspecs": ("hookimpl", "hookspec"),
+    "sessionledger.ledger": ("Ledger", "open_store"),
+    "sessionledger.registry": ("EventType", "EventTypeRegistry"),
+    "sessionledger.session": ("Session", "SessionHooks"),
+    "sessionledger.snapshot": ("FrozenDict", "JsonValue", "snapshot", "thaw"),
+    "sessionledger.surface": ("Replacement", "SurfaceFold", "fold_surface"),
+    "sessionledger.vocabulary": (
+        "SURFACE_TYPES",
+        "Message",
+        "assistant_message",
+        "tool_call_block",
+        "tool_result",
+        "user_message",
+    ),
+}
+_MODULE_OF: Final = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sessionledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing the submodule ``sessionledger.snapshot``
+    binds it on the package, where the function of that name must stay."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "snapshot" and isinstance(value, types.ModuleType):
+            value = value.snapshot
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

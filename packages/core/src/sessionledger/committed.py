@@ -27,6 +27,7 @@ from sessionledger.registry import EventTypeRegistry, unknown_type_in_log
 __all__ = [
     "Salvage",
     "ScannedLog",
+    "TornTail",
     "check_event_types",
     "check_version",
     "salvage_point",
@@ -36,10 +37,28 @@ __all__ = [
 
 
 @final
+@dataclasses.dataclass(frozen=True, slots=True)
+class TornTail:
+    """What follows the committed region of a log, which a load cuts off and moves into
+    quarantine: where it starts (the medium's label of its first batch, such as
+    ``"batch 3 (from line 40)"``; None when the store itself found the cut point, with
+    nothing but its own bookkeeping to rewrite), its batches and records, and the first
+    and last seq that still decode among them. After a load has cut it, ``quarantine``
+    names where it went and ``moved_bytes`` counts the medium's bytes moved there."""
+
+    starts_at: str | None
+    batches: int
+    records: int
+    seqs: tuple[int, int] | None
+    quarantine: str | None = None
+    moved_bytes: int = 0
+
+
+@final
 @dataclasses.dataclass(slots=True)
 class ScannedLog:
     """A raw log after the committed-region rule: its header, the committed events, and
-    the position where a torn tail starts (None when there is none)."""
+    the position where a torn tail starts (None when there is none) and what it holds."""
 
     header: SessionHeader
     events: list[SessionEvent]
@@ -47,6 +66,7 @@ class ScannedLog:
     revision: str
     location: str | None
     torn_batches: int = 0
+    torn: TornTail | None = None
 
     @property
     def end_seq(self) -> int:
@@ -121,17 +141,25 @@ def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> Sc
             session_id=session_id,
             path=raw.location,
         )
+    found = None if raw.torn_at is None else TornTail(None, 0, 0, None)
     if raw.batches is None:
         events = _Decoder(session_id, raw, contiguous_from).records(raw.records, None)
-        return ScannedLog(header, events, raw.torn_at, raw.revision, raw.location)
+        return ScannedLog(header, events, raw.torn_at, raw.revision, raw.location, torn=found)
     intact = [index for index, batch in enumerate(raw.batches) if batch.problem is None]
     committed = raw.batches[: intact[-1] + 1] if intact else ()
     decoder = _Decoder(session_id, raw, contiguous_from)
     for batch in committed:
         decoder.batch(batch)
     torn = raw.batches[len(committed) :]
-    torn_at = torn[0].position if torn else raw.torn_at
-    return ScannedLog(header, decoder.events, torn_at, raw.revision, raw.location, len(torn))
+    if not torn:
+        return ScannedLog(
+            header, decoder.events, raw.torn_at, raw.revision, raw.location, torn=found
+        )
+    records = [record for batch in torn for record in raw.records[batch.start : batch.end]]
+    tail = TornTail(torn[0].label, len(torn), len(records), _seq_span(records))
+    return ScannedLog(
+        header, decoder.events, torn[0].position, raw.revision, raw.location, len(torn), tail
+    )
 
 
 @final

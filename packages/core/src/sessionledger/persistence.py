@@ -24,6 +24,7 @@ from sessionledger._plugins import default_event_types
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.committed import (
     ScannedLog,
+    TornTail,
     check_event_types,
     check_version,
     salvage_point,
@@ -47,7 +48,7 @@ from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.session import Clock, Session, SessionHooks
 
-__all__ = ["SalvageReport", "SessionInfo", "SessionPersistence", "StoredSession"]
+__all__ = ["SalvageReport", "SessionInfo", "SessionPersistence", "StoredSession", "TornTail"]
 
 logger = logging.getLogger("sessionledger")
 
@@ -58,13 +59,15 @@ class StoredSession:
     """A stored session as read: header, events and the storage revision they came from.
 
     ``torn_batches`` counts the trailing batches of a torn tail the read left out (an
-    ``inspect`` drops them from its view; a ``load`` moved them into quarantine).
+    ``inspect`` drops them from its view; a ``load`` moved them into quarantine), and
+    ``torn_tail`` says what it holds (and, after a load, where it went).
     """
 
     header: SessionHeader
     events: tuple[SessionEvent, ...]
     revision: str
     torn_batches: int = 0
+    torn_tail: TornTail | None = None
 
 
 @final
@@ -507,14 +510,21 @@ class SessionPersistence:
         scan, closers = read.scan, read.closers
         session_id = scan.header.id
         revision = scan.revision
+        torn = scan.torn
         if scan.torn_at is not None or closers:
-            await self._repair(scan, closers)
+            receipt = await self._repair(scan, closers)
             revision = await self._store.read_revision(session_id) or revision
+            if torn is not None:
+                torn = dataclasses.replace(
+                    torn, quarantine=receipt.quarantine, moved_bytes=receipt.moved_bytes
+                )
         self._headers[session_id] = scan.header
         self._cursors[session_id] = len(scan.events) + len(closers)
-        return read.stored(revision), read.session
+        return read.stored(revision, torn), read.session
 
-    async def _repair(self, scan: ScannedLog, closers: builtins.list[SessionEvent]) -> None:
+    async def _repair(
+        self, scan: ScannedLog, closers: builtins.list[SessionEvent]
+    ) -> RepairReceipt:
         """Commit a cold load's repair: cut the torn tail, append the closers
         (docs/reading.md, "resume and crash repair")."""
         failpoint("core.repair.begin")
@@ -530,15 +540,17 @@ class SessionPersistence:
             raise _changed_meanwhile(scan.header.id, end)
         if receipt.moved_bytes:
             logger.warning(
-                "session %r: a torn tail (%d bytes, %d incomplete batches) after seq %d was "
+                "session %r: a torn tail (%d bytes, %d incomplete batch%s) after seq %d was "
                 "moved to %s",
                 scan.header.id,
                 receipt.moved_bytes,
                 scan.torn_batches,
+                "" if scan.torn_batches == 1 else "es",
                 end - 1,
                 receipt.quarantine,
             )
         failpoint("core.repair.after-closers")
+        return receipt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -549,9 +561,11 @@ class _Validated:
     closers: builtins.list[SessionEvent]
     session: Session
 
-    def stored(self, revision: str) -> StoredSession:
+    def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
+        """The session as read at *revision*, with its torn tail (by default, as read)."""
         events = (*self.scan.events, *self.closers)
-        return StoredSession(self.scan.header, events, revision, self.scan.torn_batches)
+        torn = self.scan.torn if torn is None else torn
+        return StoredSession(self.scan.header, events, revision, self.scan.torn_batches, torn)
 
 
 def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:

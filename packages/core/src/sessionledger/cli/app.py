@@ -2,17 +2,27 @@
 
 ``--store`` is accepted before or after the command name (README.md, "The command line"): the
 top-level parser and every sub-parser define it, the sub-parsers with a suppressed
-default so that a value given before the command is not overwritten.
+default so that a value given before the command is not overwritten. ``copy`` names its
+two stores with ``--from`` and ``--to`` and refuses ``--store``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["COMMANDS", "CommandError", "UsageError", "build_parser", "command_function", "parse"]
+__all__ = [
+    "COMMANDS",
+    "CommandError",
+    "UsageError",
+    "build_parser",
+    "command_function",
+    "parse",
+    "version_text",
+]
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -67,6 +77,32 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+def version_text() -> str:
+    """Return ``sessionledger X.Y.Z`` from the installed metadata, then one line for each
+    other installed ``sessionledger-*`` distribution (the backends, the invariants)."""
+    try:
+        own = importlib.metadata.version("sessionledger")
+    except importlib.metadata.PackageNotFoundError:
+        own = "(version unknown: no installed distribution metadata)"
+    siblings: set[tuple[str, str]] = set()
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith("sessionledger-"):
+            siblings.add((name, dist.version))
+    return "\n".join([f"sessionledger {own}", *(f"  {n} {v}" for n, v in sorted(siblings))])
+
+
+class _Version(argparse.Action):
+    """``--version``: print ``version_text()`` and exit 0 (read only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        print(version_text(), flush=True)
+        parser.exit()
+
+
 def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as plain JSON")
 
@@ -89,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="See, check and move the sessions of a sessionledger store.",
         epilog="Start with 'sessionledger demo', then try the commands it suggests.",
     )
+    parser.add_argument("--version", action=_Version, help="print the installed versions")
     parser.add_argument("--store", metavar="URL", default=None, help=STORE_HELP)
     parser.add_argument(
         "--plugin",
@@ -98,11 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help=PLUGIN_HELP,
     )
-    common = _Parser(add_help=False)
-    common.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=STORE_HELP)
+    store_option = _Parser(add_help=False)
+    store_option.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=STORE_HELP)
+    plugin_option = _Parser(add_help=False)
     # A separate destination: the sub-parser's namespace would replace the list given
     # before the command name; parse() joins the two.
-    common.add_argument(
+    plugin_option.add_argument(
         "--plugin",
         dest="plugins_after",
         metavar="MODULE:ATTR",
@@ -114,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, parents=[common], help=help, description=help)
+        # copy names its two stores with --from and --to: it takes no --store.
+        parents = [plugin_option] if name == "copy" else [store_option, plugin_option]
+        return commands.add_parser(name, parents=parents, help=help, description=help)
 
     demo = add("demo", "run a scripted agent session (crash and repair included) on the store")
     demo.add_argument("--seed", type=int, default=7, help="seed of the fake model (default 7)")
@@ -206,7 +246,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse *argv* (``sys.argv[1:]`` when None); mistakes raise ``UsageError``.
 
     ``args.plugin_specs`` lists every ``--plugin``, before and after the command name.
+    Once a command is named, an argument nobody knows points to that command's help.
     """
-    args = build_parser().parse_args(argv)
+    args, extras = build_parser().parse_known_args(argv)
+    see = f"(see 'sessionledger {args.command} --help')"
+    if args.command == "copy" and (
+        args.store is not None or any(extra.partition("=")[0] == "--store" for extra in extras)
+    ):
+        raise UsageError(f"copy takes no --store: it reads --from URL and writes --to URL {see}")
+    if extras:
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)} {see}")
     args.plugin_specs = [*args.plugins_before, *args.plugins_after]
     return args

@@ -21,14 +21,23 @@ from typing import Any
 from rich.text import Text
 
 from sessionledger.cli.inspecting import open_turn
-from sessionledger.cli.render import event_table, make_console, plural, write_json
+from sessionledger.cli.missing import install_hint
+from sessionledger.cli.render import event_table, make_console, plural, seq_ranges, write_json
 from sessionledger.cli.stores import opened_store
 from sessionledger.errors import ConfigError, EventDataError, LedgerError, SessionNotFoundError
 from sessionledger.events import SessionEvent
-from sessionledger.persistence import SessionPersistence
+from sessionledger.persistence import SessionPersistence, TornTail
 from sessionledger.shapes import data_shape_problem
 
-__all__ = ["Problem", "SessionReport", "load_check_log", "repair", "verify", "verify_session"]
+__all__ = [
+    "Problem",
+    "SessionReport",
+    "load_check_log",
+    "repair",
+    "torn_text",
+    "verify",
+    "verify_session",
+]
 
 #: Exit status of ``verify`` when it found problems (2 stays reserved for user mistakes).
 EXIT_PROBLEMS = 1
@@ -114,17 +123,17 @@ async def verify_session(
         report.problems.append(_problem(error))
     else:
         repaired = len(view.events) - len(stored)
-        if view.torn_batches:
+        if view.torn_tail is not None and view.torn_tail.starts_at is not None:
             report.notes.append(
-                f"the log ends with a torn tail ({view.torn_batches} incomplete or damaged "
-                "last batch, after the last intact one); a resume or 'repair' moves it into "
-                "a quarantine file, and 'repair --salvage' shows what it holds"
+                f"the log ends with a torn tail ({torn_text(view.torn_tail)}) after its last "
+                "intact batch, a write cut short; a resume or 'repair' moves it into a "
+                "quarantine file ('repair --dry-run' shows what)"
             )
         turn = open_turn(stored)
         if turn is not None:
             report.notes.append(
                 f"turn {turn} is open (interrupted, or still running); a resume or "
-                f"'repair' appends {repaired} closing events"
+                f"'repair' appends {plural(repaired, 'closing event')}"
             )
     for event in stored:
         # What an append refuses today, a log written earlier (or by another tool) may
@@ -218,20 +227,19 @@ async def verify(args: argparse.Namespace) -> int:
     if check_log is None:
         console.print(
             Text(
-                "note: invariants not checked: sessionledger-invariants is not installed "
-                "(pip install sessionledger-invariants)",
+                f"note: invariants not checked; {install_hint('sessionledger-invariants')}",
                 style="yellow",
             )
         )
     for report in reports:
-        count = "?" if report.events is None else str(report.events)
+        count = "? events" if report.events is None else plural(report.events, "event")
         if report.problems:
-            console.print(Text(f"✗ {report.session_id}  {count} events", style="bold red"))
+            console.print(Text(f"✗ {report.session_id}  {count}", style="bold red"))
             for problem in report.problems:
                 where = f"seq {problem.seq}" if problem.seq is not None else "store"
                 console.print(Text(f"    {where}  {problem.rule}  {problem.message}"))
         else:
-            console.print(Text(f"✓ {report.session_id}  {count} events  ok", style="green"))
+            console.print(Text(f"✓ {report.session_id}  {count}  ok", style="green"))
         for note in report.notes:
             console.print(Text(f"    note: {note}", style="yellow"))
     for message in skipped:
@@ -245,48 +253,87 @@ async def verify(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if failed or skipped else 0
 
 
+def torn_text(torn: TornTail) -> str:
+    """Describe a torn tail: where it starts, its batches and records, its seqs."""
+    seqs = f"seqs {torn.seqs[0]}-{torn.seqs[1]}" if torn.seqs else "no readable seq"
+    return (
+        f"starting at {torn.starts_at}: {plural(torn.batches, 'batch')}, "
+        f"{plural(torn.records, 'record')}, {seqs}"
+    )
+
+
+def _torn_action(session_id: str, torn: TornTail, end: int, *, done: bool) -> str:
+    """Say what cutting *torn* off does (*done*) or would do; *end* is the seq it cuts at."""
+    if torn.starts_at is None:  # the store found the cut itself: its count, no records
+        verb = "rewrote" if done else "would rewrite"
+        return (
+            f"{session_id}: {verb} the log's stored end at seq {end} (the store's count "
+            "disagrees with its records; nothing to move)"
+        )
+    if not done:
+        return (
+            f"{session_id}: would move the torn tail ({torn_text(torn)}) into a quarantine "
+            "file beside the log"
+        )
+    where = f" to {torn.quarantine}" if torn.quarantine else ""
+    return (
+        f"{session_id}: moved the torn tail ({torn_text(torn)}; "
+        f"{plural(torn.moved_bytes, 'byte')}){where}"
+    )
+
+
+def _torn_json(torn: TornTail | None) -> dict[str, Any] | None:
+    if torn is None:
+        return None
+    return {
+        "startsAt": torn.starts_at,
+        "batches": torn.batches,
+        "records": torn.records,
+        "seqs": list(torn.seqs) if torn.seqs else None,
+        "quarantine": torn.quarantine,
+        "movedBytes": torn.moved_bytes,
+    }
+
+
 async def repair(args: argparse.Namespace) -> int:
-    """``repair ID [--dry-run] [--salvage]``: close an interrupted turn durably (``load``),
-    or show what would be appended (``inspect``, nothing written). ``--salvage`` cuts a
-    damaged log back to its longest intact prefix instead, moving the rest aside."""
+    """``repair ID [--dry-run] [--salvage]``: cut a torn tail off into quarantine and close
+    an interrupted turn, durably (``load``), or show exactly that without writing
+    (``inspect``). ``--salvage`` cuts a damaged log back to its longest intact prefix
+    instead, moving the rest aside."""
     if args.salvage:
         return await _salvage(args)
     async with opened_store(args.store_url, plugins=args.plugins) as store:
         before = await store.read_from(args.id, 0)
-        view = await store.inspect(args.id)
-        after = view.events
-        rewritten = False
+        stored = await store.inspect(args.id)
         if not args.dry_run:
-            loaded = await store.load(args.id)
-            after = loaded.events
-            rewritten = loaded.revision != view.revision
-    appended = list(after[len(before) :])
+            stored = await store.load(args.id)
+    appended = list(stored.events[len(before) :])
+    torn = stored.torn_tail
     if args.json:
         write_json(
             {
                 "id": args.id,
                 "dryRun": bool(args.dry_run),
+                "tornTail": _torn_json(torn),
                 "appended": [event.to_json() for event in appended],
             }
         )
         return 0
     console = make_console()
-    if not appended:
-        # A torn tail after the last closed turn is moved aside by load without closers.
-        done = (
-            "moved a torn final batch into quarantine"
-            if rewritten
-            else "nothing to repair (no open turn)"
-        )
-        console.print(f"{args.id}: {done}", markup=False)
+    if torn is None and not appended:
+        console.print(f"{args.id}: nothing to repair (no torn tail, no open turn)", markup=False)
         return 0
-    verb = "would append" if args.dry_run else "appended"
-    seqs = f"seq {appended[0].seq}-{appended[-1].seq}"
-    what = plural(len(appended), "closing event")
-    console.print(Text(f"{args.id}: {verb} {what} ({seqs})", style="bold"))
-    console.print(event_table(appended, width=console.width))
+    if torn is not None:
+        action = _torn_action(args.id, torn, len(before), done=not args.dry_run)
+        console.print(Text(action, style="bold"))
+    if appended:
+        verb = "would append" if args.dry_run else "appended"
+        seqs = seq_ranges([event.seq for event in appended])
+        what = plural(len(appended), "closing event")
+        console.print(Text(f"{args.id}: {verb} {what} (seq {seqs})", style="bold"))
+        console.print(event_table(appended, width=console.width))
     if args.dry_run:
-        console.print(f"run 'sessionledger repair {args.id}' to write them", markup=False)
+        console.print(f"run 'sessionledger repair {args.id}' to do it", markup=False)
     return 0
 
 

@@ -52,6 +52,7 @@ from sessionledger.cli.render import (
     surface_table,
 )
 from sessionledger.cli.stores import opened_ledger
+from sessionledger.cli.words import plural
 from sessionledger.errors import ConfigError, SessionExistsError, SessionNotFoundError
 from sessionledger.events import Replace, SessionEvent
 from sessionledger.ledger import Ledger
@@ -260,7 +261,8 @@ async def demo(args: argparse.Namespace) -> int:
             stored = len(await ledger.persistence.read_from(session_id, 0))
             session = await ledger.resume(session_id)
             closers = [e for e in session.events[stored:] if e.type != "session/end-seed"]
-            say(f"resumed {session_id}: the cold load closed turn 2 with {len(closers)} events")
+            closed = plural(len(closers), "event")
+            say(f"resumed {session_id}: the cold load closed turn 2 with {closed}")
             for event in closers:
                 say(f"  {_describe_closer(event)}")
             before = tuple(session.surface.nodes)

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import orjson
 
+from sessionledger.cli.words import plural
 from sessionledger.events import APPEND, SessionEvent
 from sessionledger.ledger import Ledger
 from sessionledger.session import Session
@@ -234,7 +235,7 @@ class DemoHarness:
         )
         kinds = ", ".join(str(block["type"]) for block in message["content"])
         self.report(
-            f"  step {step}: streamed {len(chunk_seqs)} chunks ({kinds}) → "
+            f"  step {step}: streamed {plural(len(chunk_seqs), 'chunk')} ({kinds}) → "
             f"assistant/message seq {event.seq}"
         )
         return event
@@ -267,7 +268,7 @@ class DemoHarness:
             surface_op=APPEND,
             source_event_seqs=[recorded.seq],
         )
-        self.report(f"  tool/result seq {result.seq}: {len(output)} characters")
+        self.report(f"  tool/result seq {result.seq}: {plural(len(output), 'character')}")
         return result
 
     def end_step(self, turn: int, step: int) -> None:

@@ -35,6 +35,7 @@ from sessionledger.cli.preview import (
     seq_ranges,
     surface_op_text,
 )
+from sessionledger.cli.words import plural
 from sessionledger.events import SessionEvent
 from sessionledger.vocabulary import (
     ASSISTANT_CHUNK,
@@ -141,7 +142,7 @@ def _run_preview(run: Sequence[SessionEvent], limit: int | None) -> str:
         if type(piece) is str and kind in ("text-delta", "reasoning-delta", "tool-call-delta"):
             deltas += 1
             streamed.append(piece)
-    return clip(f"{deltas} deltas: {''.join(streamed)}", limit)
+    return clip(f"{plural(deltas, 'delta')}: {''.join(streamed)}", limit)
 
 
 def plan_layout(

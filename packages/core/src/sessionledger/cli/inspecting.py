@@ -255,7 +255,7 @@ async def show(args: argparse.Namespace) -> int:
         console.print(
             Text(
                 f"turn {turn} is open: the session is still running, or it was interrupted. "
-                f"'sessionledger repair {header.id}' closes it ({len(closers)} events).",
+                f"'sessionledger repair {header.id}' closes it ({plural(len(closers), 'event')}).",
                 style="yellow",
             )
         )
@@ -298,7 +298,7 @@ async def messages(args: argparse.Namespace) -> int:
     if args.json:
         write_json(plain_messages(history))
         return 0
-    title = f"{len(history)} messages the model sees after seq {at} of {args.id}"
+    title = f"{plural(len(history), 'message')} the model sees after seq {at} of {args.id}"
     make_console().print(message_table(history, title=title))
     return 0
 
@@ -311,7 +311,7 @@ async def transcript_command(args: argparse.Namespace) -> int:
     if args.json:
         write_json(plain_messages(seen))
         return 0
-    title = f"transcript of {args.id} ({len(seen)} messages)"
+    title = f"transcript of {args.id} ({plural(len(seen), 'message')})"
     make_console().print(message_table(seen, title=title))
     return 0
 
@@ -363,7 +363,8 @@ async def stats(args: argparse.Namespace) -> int:
         f"{plural(len(fold.replacements), 'replacement')}",
         f"span: {span:.3f} s",
         f"stored as one envelope per line: {plain:,} bytes",
-        f"with chunk runs packed into rows: {packed:,} bytes in {len(packed_records)} records",
+        f"with chunk runs packed into rows: {packed:,} bytes in "
+        f"{plural(len(packed_records), 'record')}",
         f"packing ratio: {report['packingRatio']}x",
     ]
     for line in lines:

@@ -30,7 +30,7 @@ def first_difference(original: StoredSession, copied: StoredSession) -> str | No
     if copied.header != original.header:
         return "the header differs"
     if len(copied.events) != len(original.events):
-        return f"{len(copied.events)} events read back, {len(original.events)} written"
+        return f"{plural(len(copied.events), 'event')} read back, {len(original.events)} written"
     for left, right in zip(original.events, copied.events, strict=True):
         if left.to_json() != right.to_json():
             return f"event seq {left.seq} differs"
@@ -81,8 +81,8 @@ async def copy(args: argparse.Namespace) -> int:
         clashes = [session_id for session_id in ids if session_id in existing]
         if clashes and not args.skip_existing:
             raise SessionExistsError(
-                f"{len(clashes)} of the sessions already exist in {args.target}; nothing "
-                "was copied (--skip-existing copies the others)",
+                f"already in {args.target}: {plural(len(clashes), 'session')} of those to "
+                "copy; nothing was copied (--skip-existing copies the others)",
                 session_id=clashes[0],
             )
         todo = [session_id for session_id in ids if session_id not in existing]

@@ -38,6 +38,7 @@ from sessionledger.cli.preview import (
 from sessionledger.cli.preview import (
     clip as clip_text,
 )
+from sessionledger.cli.words import plural
 from sessionledger.events import Replace, SessionEvent
 from sessionledger.snapshot import thaw
 from sessionledger.vocabulary import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE
@@ -120,13 +121,6 @@ def write_jsonl(values: Iterable[Any]) -> None:
 
 
 # -- small formatters --------------------------------------------------------------------
-
-
-def plural(count: int, noun: str) -> str:
-    """Return ``"1 session"`` / ``"3 sessions"`` (``"2 batches"``)."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{count} {noun}s"
 
 
 def local_datetime(ms: int, *, seconds: bool = True) -> str:

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from sessionledger._plugins import AUTOLOAD_SWITCH, autoload_enabled
+from sessionledger.cli.missing import missing_backend
 from sessionledger.errors import ConfigError
 from sessionledger.files import make_private_dirs
 from sessionledger.ledger import Ledger, open_store
@@ -14,6 +16,7 @@ from sessionledger.persistence import SessionPersistence
 
 __all__ = [
     "STORE_ENV",
+    "check_backend",
     "default_store_path",
     "default_store_url",
     "opened_ledger",
@@ -56,6 +59,20 @@ def resolve_store_url(option: str | None) -> str:
             raise ConfigError("--store needs a URL such as 'sqlite:ledger.db' or 'jsonl:DIR'")
         return option
     return default_store_url()
+
+
+def check_backend(url: str, plugins: Iterable[object] = ()) -> None:
+    """Refuse *url* before a command starts when no backend serves its scheme, naming
+    what to install: a read-only command must not report a missing store as empty
+    because nothing could have read it."""
+    scheme, colon, _ = url.partition(":")
+    if not colon or not scheme:
+        return  # open_store words a URL without a scheme
+    # A ledger without a store only builds its plugin set: nothing to close.
+    served = sorted(Ledger(plugins=plugins).plugins.backends())
+    if scheme not in served:
+        switch = None if autoload_enabled(True) else AUTOLOAD_SWITCH
+        raise ConfigError(missing_backend(scheme, served, autoload_switch=switch))
 
 
 def prepare_for_writing(url: str) -> None:
