@@ -742,7 +742,7 @@ async def test_a_torn_tail_is_noted_by_verify_and_repair_dry_run_shows_exactly_w
     flat = " ".join(plan.out.split())
     assert flat.startswith(
         f"torn-1: would move the torn tail ({what}) into a quarantine file beside the log "
-        "torn-1: would append 3 closing events (seq 29-31) ┏"
+        "torn-1: would append 3 closing events (seq 29-31) seq time type"
     )
     assert flat.endswith("run 'sessionledger repair torn-1' to do it")
 
@@ -750,7 +750,7 @@ async def test_a_torn_tail_is_noted_by_verify_and_repair_dry_run_shows_exactly_w
     (quarantine,) = log.parent.glob("session.jsonl.quarantine-*")
     assert " ".join(done.out.split()).startswith(
         f"torn-1: moved the torn tail ({what}; {len(torn) - intact} bytes) to {quarantine} "
-        "torn-1: appended 3 closing events (seq 29-31) ┏"
+        "torn-1: appended 3 closing events (seq 29-31) seq time type"
     )
     # The quarantine holds exactly the cut bytes; the log keeps the intact prefix and
     # then the very closers the dry run showed.
@@ -1135,6 +1135,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "catalog": (),
     "stats": ("x",),
     "delete": ("x",),
+    "import": ("x.json", "--format", "openai"),
 }
 
 

@@ -16,6 +16,7 @@ CODES: dict[str, set[str]] = {
     "JsonValueError": {"NOT_JSON"},
     "EventEnvelopeError": {"BAD_ENVELOPE"},
     "HeaderError": {"BAD_HEADER"},
+    "HistoryFormatError": {"BAD_HISTORY"},
     "MessageShapeError": {"BAD_MESSAGE"},
     "SeedError": {"SEQ_GAP"},
     "SurfaceError": {

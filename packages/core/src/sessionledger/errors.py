@@ -18,6 +18,7 @@ __all__ = [
     "ForkError",
     "FormatUnsupportedError",
     "HeaderError",
+    "HistoryFormatError",
     "InvariantError",
     "JsonValueError",
     "LedgerError",
@@ -117,6 +118,19 @@ class SeedError(LedgerError):
 
     code = "SEQ_GAP"
     _context = ("session_id", "index")
+    index: int | None
+
+    def __init__(self, message: str = "", *, index: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, index=index, **kwargs)
+
+
+class HistoryFormatError(LedgerError):
+    """A provider history given to an importer has no place in a session (not a list of
+    messages, an unknown role or block, a tool result that answers no call); ``index``
+    names the message."""
+
+    code = "BAD_HISTORY"
+    _context = ("index",)
     index: int | None
 
     def __init__(self, message: str = "", *, index: int | None = None, **kwargs: Any) -> None:

@@ -29,9 +29,17 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 import orjson
 
 from sessionledger import jsoncodec
+from sessionledger.importing import from_anthropic_messages, from_openai_messages
 from sessionledger.snapshot import thaw
 
-__all__ = ["TEXT_JOINER", "AnthropicRequest", "to_anthropic_messages", "to_openai_messages"]
+__all__ = [
+    "TEXT_JOINER",
+    "AnthropicRequest",
+    "from_anthropic_messages",
+    "from_openai_messages",
+    "to_anthropic_messages",
+    "to_openai_messages",
+]
 
 #: Separator between the text blocks of one message when a format wants a single string.
 TEXT_JOINER = "\n"
@@ -298,10 +306,14 @@ def _anthropic_block(block: Any, role: str, include_reasoning: bool) -> dict[str
 
 
 def to_anthropic_messages(
-    messages: Iterable[Mapping[str, Any]], *, include_reasoning: bool = False
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    include_reasoning: bool = False,
+    system: str | None = None,
 ) -> AnthropicRequest:
     """Return the history as an Anthropic messages-API request (``AnthropicRequest``).
 
+    ``system`` (when non-empty) becomes the first text block of ``system``;
     ``system``-role messages go to ``system`` (their text blocks) instead of the message
     list. Tool calls become ``tool_use`` blocks whose ``input`` is the parsed
     arguments, tool results ``tool_result`` blocks (``is_error`` always present) on a
@@ -310,13 +322,13 @@ def to_anthropic_messages(
     alternate; in a user message the ``tool_result`` blocks come first (the API rejects
     text before them), otherwise block order is kept.
     """
-    system: list[dict[str, Any]] = []
+    system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system}] if system else []
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         blocks = _blocks(message)
         if role == "system":
-            system.extend({"type": "text", "text": text} for text in _texts(blocks))
+            system_blocks.extend({"type": "text", "text": text} for text in _texts(blocks))
             continue
         if role not in ("user", "assistant"):
             continue
@@ -338,6 +350,6 @@ def to_anthropic_messages(
             if results:
                 entry["content"] = results + [b for b in content if b["type"] != "tool_result"]
     request: AnthropicRequest = {"messages": out}
-    if system:
-        request["system"] = system
+    if system_blocks:
+        request["system"] = system_blocks
     return request

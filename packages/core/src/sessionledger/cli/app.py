@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "catalog": "inspecting:catalog",
     "stats": "inspecting:stats",
     "delete": "moving:delete",
+    "import": "moving:import_history",
 }
 
 STORE_HELP = (
@@ -227,6 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     stats = add("stats", "events by type, surface size, bytes and chunk-packing ratio")
     stats.add_argument("id", metavar="ID")
     _add_json(stats, "the statistics")
+
+    imported = add("import", "create a session from a JSON file of OpenAI or Anthropic messages")
+    imported.add_argument(
+        "file", metavar="FILE", help="a JSON list of messages, or {messages, system}"
+    )
+    imported.add_argument(
+        "--format", choices=("openai", "anthropic"), required=True, help="the file's message format"
+    )
+    imported.add_argument("--id", metavar="ID", help="session id (default: a new UUID)")
+    _add_json(imported, "the outcome")
 
     delete = add("delete", "delete a stored session")
     delete.add_argument("id", metavar="ID")

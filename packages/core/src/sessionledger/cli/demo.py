@@ -41,7 +41,8 @@ from sessionledger.cli.demo_agent import (
     ScriptedModel,
     turn_1_answer,
 )
-from sessionledger.cli.demo_child import READY_MARKER, demo_plugins
+from sessionledger.cli.demo_child import READY_MARKER
+from sessionledger.cli.plugins import invariants_plugins
 from sessionledger.cli.render import (
     PIPE_WIDTH,
     event_table,
@@ -249,14 +250,14 @@ async def demo(args: argparse.Namespace) -> int:
         (workdir / "package.json").write_bytes(
             orjson.dumps(PACKAGE_JSON, option=orjson.OPT_INDENT_2)
         )
-        async with opened_ledger(url, plugins=demo_plugins()) as ledger:
+        async with opened_ledger(url, plugins=invariants_plugins()) as ledger:
             await _check_unused(ledger, session_id)
             session = ledger.create(
                 session_id, cwd=str(workdir.resolve()), title="demo: summarise package.json"
             )
             output = await _play_turn_1(ledger, session, args.seed, workdir, say)
         await _crash_turn_2(url, session_id, args.seed, say)
-        async with opened_ledger(url, plugins=demo_plugins()) as ledger:
+        async with opened_ledger(url, plugins=invariants_plugins()) as ledger:
             assert ledger.persistence is not None
             stored = len(await ledger.persistence.read_from(session_id, 0))
             session = await ledger.resume(session_id)

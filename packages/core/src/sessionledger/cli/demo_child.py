@@ -24,25 +24,17 @@ from sessionledger.cli.demo_agent import (
     DemoHarness,
     ScriptedModel,
 )
+from sessionledger.cli.plugins import invariants_plugins
 from sessionledger.cli.stores import opened_ledger
 from sessionledger.vocabulary import TURN_START
 
-__all__ = ["READY_MARKER", "demo_plugins", "main"]
+__all__ = ["READY_MARKER", "main"]
 
 #: Printed (and flushed) once the tool/call is durable and the tool is "running".
 READY_MARKER: Final = "@@sessionledger-demo: tool running@@"
 
 #: How long the fake tool runs if nobody kills it (the demo kills it at once).
 TOOL_SECONDS: Final = 60.0
-
-
-def demo_plugins() -> list[object]:
-    """Return the invariants plugin when it is installed: the demo runs with it on."""
-    try:
-        from sessionledger_invariants import InvariantsPlugin
-    except ImportError:
-        return []
-    return [InvariantsPlugin()]
 
 
 def _say(line: str) -> None:
@@ -57,7 +49,7 @@ async def _run_command(arguments: Mapping[str, Any]) -> str:
 
 async def run(store: str, session_id: str, seed: int) -> None:
     """Resume *session_id* and play turn 2 up to the running tool."""
-    async with opened_ledger(store, plugins=demo_plugins()) as ledger:
+    async with opened_ledger(store, plugins=invariants_plugins()) as ledger:
         session = await ledger.resume(session_id)
         turn = 1 + sum(1 for event in session.events if event.type == TURN_START)
         _say(f"resumed {session_id} at seq {session.seq} (pid of this process: {os.getpid()})")

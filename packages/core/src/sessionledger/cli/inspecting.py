@@ -22,6 +22,7 @@ from rich.text import Text
 
 from sessionledger import jsoncodec
 from sessionledger.chunks import pack_chunk_runs
+from sessionledger.cli.preview import lookup
 from sessionledger.cli.render import (
     local_datetime,
     make_console,
@@ -41,7 +42,7 @@ from sessionledger.ledger import Ledger
 from sessionledger.persistence import SessionPersistence
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.surface import fold_surface
-from sessionledger.vocabulary import TURN_END, TURN_START
+from sessionledger.vocabulary import REQUEST_HEADER, TURN_END, TURN_START
 
 __all__ = [
     "catalog",
@@ -281,6 +282,16 @@ def _seq_in_range(at: int, events: tuple[SessionEvent, ...], session_id: str) ->
         )
 
 
+def _system_prompt_at(events: Sequence[SessionEvent], at: int) -> str | None:
+    """Return the system prompt of the last ``request/header`` at or before *at*."""
+    for event in reversed(events[: at + 1]):
+        if event.type == REQUEST_HEADER:
+            header = lookup(event.data, "header")
+            system = lookup(header, "system")
+            return system if type(system) is str and system else None
+    return None
+
+
 async def messages(args: argparse.Namespace) -> int:
     """``messages ID``: the model's history (repaired view), plain or in a provider format."""
     async with opened_store(args.store_url, plugins=args.plugins) as store:
@@ -289,11 +300,13 @@ async def messages(args: argparse.Namespace) -> int:
     at = len(events) - 1 if args.at is None else args.at
     _seq_in_range(at, events, args.id)
     history = messages_at(events, at)
-    if args.format == "openai":
-        write_json(to_openai_messages(history))
-        return 0
-    if args.format == "anthropic":
-        write_json(dict(to_anthropic_messages(history)))
+    if args.format in ("openai", "anthropic"):
+        # A request body: with the system prompt of the request header in force at *at*.
+        system = _system_prompt_at(events, at)
+        if args.format == "openai":
+            write_json(to_openai_messages(history, system=system))
+        else:
+            write_json(dict(to_anthropic_messages(history, system=system)))
         return 0
     if args.json:
         write_json(plain_messages(history))

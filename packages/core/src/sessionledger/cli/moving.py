@@ -1,21 +1,35 @@
-"""Commands that move sessions between stores or remove them: ``copy`` and ``delete``."""
+"""Commands that move sessions between stores, bring them in or remove them: ``copy``,
+``import`` and ``delete``."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from sessionledger.cli.checking import load_check_log
 from sessionledger.cli.render import make_console, plural, write_json
-from sessionledger.cli.stores import opened_store
-from sessionledger.errors import ConfigError, SessionExistsError, SessionNotFoundError
-from sessionledger.events import SessionEvent
+from sessionledger.cli.stores import opened_ledger, opened_store
+from sessionledger.errors import (
+    ConfigError,
+    HistoryFormatError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.importing import (
+    from_anthropic_messages,
+    from_openai_messages,
+    load_history_file,
+)
 from sessionledger.persistence import SessionPersistence, StoredSession
+from sessionledger.session import Session
 
-__all__ = ["BATCH_EVENTS", "copy", "delete", "first_difference"]
+__all__ = ["BATCH_EVENTS", "copy", "delete", "first_difference", "import_history"]
 
 #: Events per ``append`` call when writing a copied session (one durable batch each).
 BATCH_EVENTS: Final = 1000
@@ -142,3 +156,56 @@ async def delete(args: argparse.Namespace) -> int:
     else:
         make_console().print(f"deleted {args.id} from {args.store_url}", markup=False)
     return 0
+
+
+async def import_history(args: argparse.Namespace) -> int:
+    """``import --format openai|anthropic FILE [--id ID]``: create a session from a JSON
+    file of provider messages (a list, or an object with ``messages`` and ``system``).
+
+    The history is first appended to a detached session (every envelope, data, message
+    and surface check) and run through the invariants when they are installed; only a
+    history that passes them all is appended through a ledger and flushed, so a bad file
+    leaves nothing in the store.
+    """
+    messages, system = load_history_file(Path(args.file).read_bytes())
+    if args.format == "openai":
+        if system is not None:
+            messages = [{"role": "system", "content": system}, *messages]
+        envelopes = from_openai_messages(messages)
+    else:
+        envelopes = from_anthropic_messages(messages, system=system)
+    _append_all(Session.create(header=SessionHeader(id="import", created_at=0)), envelopes)
+    check_log = load_check_log()
+    violations = [] if check_log is None else list(check_log(envelopes_as_events(envelopes)))
+    if violations:
+        first = violations[0]
+        raise HistoryFormatError(
+            f"the history breaks the turn/step/tool invariants at seq {first.seq}: {first.message}"
+        )
+    async with opened_ledger(args.store_url, plugins=args.plugins) as ledger:
+        session = ledger.create(args.id)
+        _append_all(session, envelopes)
+        await ledger.flush(session)
+    if args.json:
+        write_json({"id": session.id, "messages": len(messages), "events": session.seq})
+    else:
+        make_console().print(
+            f"imported {plural(len(messages), 'message')} into session {session.id} "
+            f"({plural(session.seq, 'event')})"
+        )
+    return 0
+
+
+def _append_all(session: Session, envelopes: Sequence[Mapping[str, Any]]) -> None:
+    for envelope in envelopes:
+        session.append(
+            envelope["type"],
+            envelope["data"],
+            surface_op=envelope.get("surfaceOp"),
+            source_event_seqs=envelope.get("sourceEventSeqs"),
+        )
+
+
+def envelopes_as_events(envelopes: Sequence[Mapping[str, Any]]) -> list[SessionEvent]:
+    """Return envelope dicts as frozen events (what the invariants' ``check_log`` reads)."""
+    return [SessionEvent.from_json(envelope) for envelope in envelopes]

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from sessionledger.errors import ConfigError
 
-__all__ = ["load_plugins"]
+__all__ = ["invariants_plugins", "load_plugins"]
 
 
 def _load(spec: str) -> object:
@@ -51,3 +51,13 @@ def load_plugins(specs: Iterable[str]) -> list[object]:
     if specs and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     return [_load(spec) for spec in specs]
+
+
+def invariants_plugins() -> list[object]:
+    """Return a fresh invariants plugin when it is installed (``[]`` otherwise): the
+    commands that write events (``demo``, ``import``) run with the invariants on."""
+    try:
+        from sessionledger_invariants import InvariantsPlugin
+    except ImportError:
+        return []
+    return [InvariantsPlugin()]
