@@ -28,9 +28,9 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
-from sessionledger_langchain import LedgerChatMessageHistory, LedgerThread
 
 from sessionledger import Ledger
+from sessionledger_langchain import LedgerChatMessageHistory, LedgerThread
 
 CALL_ID = "call-add-1"
 TOOL_CALL = AIMessage(

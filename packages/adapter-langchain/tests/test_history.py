@@ -33,16 +33,16 @@ from lc_scenarios import (
     two_turns,
     two_turns_sync,
 )
+
+from sessionledger import Ledger
+from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from sessionledger_invariants import check_log
 from sessionledger_langchain import (
     LedgerChatMessageHistory,
     LedgerThread,
     UnpairedToolMessageError,
     UnsupportedMessageError,
 )
-
-from sessionledger import Ledger
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
-from sessionledger_invariants import check_log
 
 SCENARIOS = str(Path(__file__).parent / "lc_scenarios.py")
 
