@@ -9,11 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -23,6 +25,8 @@ from langchain_core.messages import (
     ToolMessage,
     messages_from_dict,
 )
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
 from lc_scenarios import (
     ANSWER,
     CALL_ID,
@@ -34,7 +38,7 @@ from lc_scenarios import (
     two_turns_sync,
 )
 
-from sessionledger import Ledger
+from sessionledger import Ledger, assistant_message, tool_call_block, tool_result, user_message
 from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
 from sessionledger_invariants import check_log
 from sessionledger_langchain import (
@@ -267,3 +271,64 @@ async def test_refused_batches_append_nothing() -> None:
             await history.aadd_messages([AIMessage(content="ok"), bad])
         assert session.seq == length
         assert await history.aget_messages() == [HumanMessage(content="hi")]
+
+
+async def test_a_prompt_template_with_a_history_placeholder(store_url: str) -> None:
+    async with Ledger.open(store_url) as ledger:
+        history = LedgerChatMessageHistory("templated", ledger)
+        prompt = ChatPromptTemplate.from_messages(
+            [("system", "You are terse."), MessagesPlaceholder("history"), ("human", "{question}")]
+        )
+        replies = iter([AIMessage(content="Paris."), AIMessage(content="About 2.1 million.")])
+        model = GenericFakeChatModel(messages=replies)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            chain = RunnableWithMessageHistory(
+                prompt | model,
+                lambda session_id: history,
+                input_messages_key="question",
+                history_messages_key="history",
+            )
+        config: Any = {"configurable": {"session_id": "templated"}}
+        first = await chain.ainvoke({"question": "Capital of France?"}, config)
+        second = await chain.ainvoke({"question": "Its population?"}, config)
+        assert await history.aget_messages() == [
+            HumanMessage(content="Capital of France?"),
+            first,
+            HumanMessage(content="Its population?"),
+            second,
+        ]
+        assert second.content == "About 2.1 million."
+
+
+async def test_a_session_written_without_langchain_reads_as_langchain_messages() -> None:
+    async with Ledger.open("memory:foreign") as ledger:
+        s = ledger.create("foreign")
+        s.append("turn/start", {"turn": 1})
+        s.append("user/message", user_message("Bump the version"), surface_op="append")
+        s.append("step/start", {"turn": 1, "step": 1})
+        call = tool_call_block("c1", "run", '{"cmd": "npm version minor"}')
+        reply = assistant_message([{"type": "text", "text": "On it."}, call],
+                                  provider="acme", model="large")  # fmt: skip
+        s.append("assistant/message", {"turn": 1, "step": 1, "message": reply},
+                 surface_op="append")  # fmt: skip
+        s.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "run",
+                               "arguments": '{"cmd": "npm version minor"}'})  # fmt: skip
+        s.append("tool/result", {"turn": 1, "step": 1, "message": tool_result("c1", "v1.1.0")},
+                 surface_op="append", source_event_seqs=[4])  # fmt: skip
+        s.append("step/end", {"turn": 1, "step": 1})
+        history = LedgerChatMessageHistory("foreign", ledger)
+        human, ai, tool = await history.aget_messages()
+        assert isinstance(human, HumanMessage)
+        assert human.content == "Bump the version"
+        assert isinstance(ai, AIMessage)
+        assert ai.content == "On it."
+        assert ai.tool_calls[0]["id"] == "c1"
+        assert ai.tool_calls[0]["args"] == {"cmd": "npm version minor"}
+        assert ai.response_metadata == {"model_provider": "acme", "model_name": "large"}
+        assert isinstance(tool, ToolMessage)
+        assert (tool.content, tool.tool_call_id, tool.status) == ("v1.1.0", "c1", "success")
+        # LangChain carries on inside the open turn: the next step, then a new turn.
+        await history.aadd_messages([AIMessage(content="Bumped to 1.1.0."), HumanMessage("ok")])
+        assert len(await history.aget_messages()) == 5
+        assert check_log(s.events) == []

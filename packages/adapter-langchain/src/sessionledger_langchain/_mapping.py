@@ -99,29 +99,38 @@ class TurnState:
         )
 
     def advance(self, kind: str, data: Any, seq: int, surface_op: object) -> None:
+        # Reading is lenient (docs/events.md): a stored event of another writer may break
+        # its shape, so every field is looked at before it is used.
         if kind == "turn/start":
-            self.open_turn = data["turn"]
-            self.next_turn = data["turn"] + 1
+            turn = _number(data, "turn") or self.next_turn
+            self.open_turn, self.next_turn = turn, turn + 1
             self.open_step, self.next_step, self.turn_has_step = None, 1, False
             self.pending = {}
         elif kind == "turn/end":
             self.open_turn, self.open_step, self.pending = None, None, {}
         elif kind == "step/start":
-            self.open_step = data["step"]
-            self.next_step = data["step"] + 1
+            step = _number(data, "step") or self.next_step
+            self.open_step, self.next_step = step, step + 1
             self.turn_has_step, self.pending = True, {}
         elif kind == "step/end":
             self.open_step, self.pending = None, {}
         elif kind == "tool/call":
-            self.pending[data["callId"]] = seq
+            call_id = data.get("callId") if isinstance(data, Mapping) else None
+            if isinstance(call_id, str):
+                self.pending[call_id] = seq
         elif kind == "tool/result" and surface_op == "append":
-            self.pending.pop(data["message"]["source"]["callId"], None)
+            self.pending.pop(data["message"]["source"]["callId"], None)  # shape-checked
         elif kind == "request/header":
             self.has_header = True
-            if LANGCHAIN_KEY in data:
+            if isinstance(data, Mapping) and LANGCHAIN_KEY in data:
                 self.systems.append(seq)
         elif kind == "user/message" and is_clear_marker(data):
             self.cleared_at = seq
+
+
+def _number(data: Any, key: str) -> int | None:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    return value if type(value) is int and value >= 1 else None
 
 
 def is_clear_marker(message: Any) -> bool:
@@ -297,14 +306,14 @@ def clear_marker() -> dict[str, Any]:
 
 
 def _content(blocks: Sequence[Any]) -> str | list[str | dict[Any, Any]]:
-    """LangChain content for ledger blocks: one text block is a string."""
-    if all(isinstance(b, Mapping) and b.get("type") == "text" for b in blocks):
-        texts = [str(b["text"]) for b in blocks]
-        if len(texts) <= 1:
-            return texts[0] if texts else ""
-    return [
-        thaw(b) for b in blocks if not (isinstance(b, Mapping) and b.get("type") == "tool-call")
-    ]
+    """LangChain content for ledger blocks (tool-call blocks go to ``tool_calls``): a
+    single text block, or none, is a string."""
+    kept = [b for b in blocks if not (isinstance(b, Mapping) and b.get("type") == "tool-call")]
+    if not kept:
+        return ""
+    if len(kept) == 1 and isinstance(kept[0], Mapping) and kept[0].get("type") == "text":
+        return str(kept[0].get("text", ""))
+    return [thaw(b) for b in kept]
 
 
 def _stored(value: Any) -> BaseMessage:
