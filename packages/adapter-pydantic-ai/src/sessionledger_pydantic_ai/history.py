@@ -123,6 +123,7 @@ class _Writer:
         self.session = session
         self.trace = _trace(session.events)
         self.anchor: str | None = None
+        self.answered = False  # the last message written answered tool calls
 
     def mark(self, message: dict[str, Any], model_message: ModelMessage) -> dict[str, Any]:
         """Put the pydantic-ai side on a ledger message: the JSON on the first one."""
@@ -153,6 +154,7 @@ class _Writer:
 
     def request(self, request: ModelRequest) -> None:
         self.anchor = None
+        self.answered = False
         answers: list[tuple[ToolReturnPart | RetryPromptPart, int]] = []
         blocks: list[dict[str, Any]] = []
         prompt = False
@@ -170,6 +172,7 @@ class _Writer:
                 else:
                     blocks.append(_text(part.model_response()))
             # system prompts and other parts live in the anchored JSON only
+        self.answered = bool(answers)
         for part, call_seq in answers:
             if isinstance(part, ToolReturnPart):
                 text, failed = part.model_response_str(), part.outcome in ("failed", "retried")
@@ -211,6 +214,7 @@ class _Writer:
 
     def response(self, response: ModelResponse) -> None:
         self.anchor = None
+        self.answered = False
         if self.trace.step is not None:  # the previous step's calls got no answer
             self.step_end()
         if self.trace.turn is None:
@@ -411,6 +415,10 @@ class LedgerHistory:
                 writer.request(message)
             else:
                 writer.response(message)
+        if writer.answered and writer.trace.turn is not None and writer.trace.step is None:
+            # A batch that ends with tool results and no response is the end of a run on
+            # an output tool (pydantic-ai sends no further request): the turn is over.
+            writer.turn_end()
         await self.ledger.flush(session)
 
     async def recording(self, run: AgentRun[Any, Any]) -> AsyncIterator[Any]:
