@@ -13,11 +13,21 @@ from typing import Any
 import pytest
 from pa_agent import SEEN, dump, make_agent, run_turn
 from pydantic import BaseModel
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from sessionledger import Ledger
+from sessionledger.formats import to_openai_messages
 from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
 from sessionledger_pydantic_ai import META_KEY, LedgerHistory
 
@@ -227,3 +237,45 @@ async def test_record_nothing_writes_nothing(messages: Any) -> None:
         await history.record(messages or [])
         assert (await history.session()).seq == 0
         assert ModelMessagesTypeAdapter.dump_json(await history.load()) == b"[]"
+
+
+async def test_a_tool_retry_is_an_error_result_and_round_trips(store_url: str) -> None:
+    agent = make_agent()
+    tries: list[str] = []
+
+    @agent.tool_plain
+    def flaky(path: str) -> str:
+        tries.append(path)
+        if len(tries) == 1:
+            raise ModelRetry("try another path")
+        return "fine"
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        if returns and returns[-1].outcome == "success":
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("flaky", {"path": f"p{len(messages)}"})])
+
+    async with Ledger.open(store_url) as ledger:
+        history = LedgerHistory("retry", ledger)
+        with agent.override(model=FunctionModel(script)):
+            run = await run_turn(history, agent, "go")
+        assert dump(await history.load()) == dump(run.all_messages())
+        session = await history.session()
+        results = [
+            e.data["message"]["content"][0] for e in session.events if e.type == "tool/result"
+        ]
+        assert [r.get("isError", False) for r in results] == [True, False]
+        assert len(tries) == 2
+        assert types(session)[-1] == "turn/end"
+        # The ledger's derived history is a valid provider request body too.
+        body = to_openai_messages(session.derive_messages())
+        assert [m["role"] for m in body] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
