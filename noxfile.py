@@ -22,6 +22,7 @@ PACKAGES = [
     "./packages/persistence-postgres",
     "./packages/invariants",
     "./packages/adapter-langchain",
+    "./packages/adapter-pydantic-ai",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
 LINT_TOOLS = ["ruff==0.17.6"]
