@@ -36,7 +36,7 @@ asyncio.run(main())
 def test_the_readme_fragment_runs_in_a_program(tmp_path: Path) -> None:
     text = README.read_text(encoding="utf-8")
     section = text[text.index("#### LangChain") :]
-    section = section[: section.index("\n## ")]
+    section = re.split(r"\n#{2,4} ", section[len("#### LangChain") :])[0]  # to the next heading
     [fragment] = re.findall(r"^```py\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
     program = PROGRAM.format(fragment=textwrap.indent(fragment, "    "))
     (tmp_path / "example.py").write_text(program, encoding="utf-8")
