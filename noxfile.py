@@ -21,6 +21,7 @@ PACKAGES = [
     "./packages/persistence-sqlite",
     "./packages/persistence-postgres",
     "./packages/invariants",
+    "./packages/adapter-openai-agents",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
 LINT_TOOLS = ["ruff==0.17.6"]
