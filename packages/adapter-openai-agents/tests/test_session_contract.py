@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from agents.memory import Session, SessionSettings
 
-from sessionledger import Ledger, open_store
+from sessionledger import JsonValueError, Ledger, open_store
 from sessionledger_openai_agents import REMOVED_KEY, LedgerSession
 
 
@@ -152,3 +153,15 @@ async def test_concurrent_add_items_lose_nothing(store_url: str) -> None:
         del expected[key]
     assert not expected
     assert seen == {task: list(range(batches)) for task in range(tasks)}
+
+
+async def test_a_bad_item_refuses_the_whole_batch(store_url: str) -> None:
+    async with Ledger.open(store_url) as ledger:
+        session = LedgerSession("bad", ledger)
+        await session.add_items([user("kept")])
+        before = (await session.session()).seq
+        with pytest.raises(JsonValueError) as caught:
+            await session.add_items([user("fine"), {"role": "user", "content": {1, 2}}])
+        assert caught.value.path == "items[1].content"
+        assert (await session.session()).seq == before
+        assert await session.get_items() == [user("kept")]

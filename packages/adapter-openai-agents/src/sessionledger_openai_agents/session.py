@@ -32,7 +32,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from sessionledger import APPEND, Ledger, Replace, Session, SessionEvent, thaw
+from sessionledger import APPEND, Ledger, Replace, Session, SessionEvent, snapshot, thaw
 
 #: The message key holding the exact SDK item a message was written from.
 ITEM_KEY: Final = "openaiItem"
@@ -198,7 +198,9 @@ class LedgerSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as ledger events; durable when this returns."""
-        plain = [_plain_item(item) for item in items]
+        # Every item is checked as JSON before the first append: a bad item refuses the
+        # whole batch (JsonValueError) and writes nothing.
+        plain = [snapshot(_plain_item(item), f"items[{i}]") for i, item in enumerate(items)]
         session = await self.session()
         if plain:
             self._append_items(session, plain)
