@@ -21,6 +21,7 @@ PACKAGES = [
     "./packages/persistence-sqlite",
     "./packages/persistence-postgres",
     "./packages/invariants",
+    "./packages/adapter-openai-agents",
     "./packages/adapter-langchain",
     "./packages/adapter-pydantic-ai",
 ]

@@ -48,6 +48,7 @@ GROUPS: dict[str, Group] = {
     "load": _group("fig_load"),  # figures 5, 6
     "scaling": _group("fig_scaling"),  # figure 8
     "cli": _group("fig_cli"),  # figure 9: the show command, in subprocesses
+    "openai-agents": _group("fig_openai_agents"),  # figure 10: the SDK on LedgerSession
     "peers": _group("fig_peers"),  # figure 7 (after the others: the peers' imports are big)
     "postgres": _group("fig_postgres"),  # PostgreSQL, through bench_postgres.py
 }

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import fig_peers, run
+from bench import fig_openai_agents, fig_peers, run
 from bench.harness import Settings
 from bench.workloads import agent_session, chat_ops, chat_texts, delta_share
 
@@ -82,3 +82,13 @@ def test_cli_group_runs_the_real_command() -> None:
     (section,) = results["sections"]
     assert section.data["chunks-tty"][0]["bytes"] > 0  # the terminal got the rows
     assert "| `show ID --chunks` (pty, 120 columns) |" in run.render(results)
+
+
+@pytest.mark.skipif(fig_openai_agents.available() is not None, reason="adapter not installed")
+def test_openai_agents_group_runs() -> None:
+    results = run.run_groups(["openai-agents"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    keys = [figure.key for figure in results["figures"]]
+    assert keys == ["10-oa-runner", "10-oa-session"]
+    assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
+    assert "## Figure 10 detail" in run.render(results)
