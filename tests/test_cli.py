@@ -948,15 +948,13 @@ ONLY_CORE = """
 import importlib.metadata as metadata
 import sys
 
-HIDDEN = {"sessionledger-sqlite", "sessionledger-jsonl", "sessionledger-postgres",
-          "sessionledger-invariants"}
-for hidden in HIDDEN:
-    sys.modules[hidden.replace("-", "_")] = None
-
-def visible(name):
-    return (name or "").lower().replace("_", "-") not in HIDDEN
+def visible(name):  # every sibling distribution (backends, invariants, adapters) hidden
+    return not (name or "").lower().replace("_", "-").startswith("sessionledger-")
 
 every, one = metadata.distributions, metadata.distribution
+for dist in every():
+    if not visible(dist.metadata["Name"]):
+        sys.modules[dist.metadata["Name"].lower().replace("-", "_")] = None
 
 def distributions(**kwargs):
     return [dist for dist in every(**kwargs) if visible(dist.metadata["Name"])]
