@@ -305,21 +305,30 @@ def _anthropic_content(content: object, index: int | None) -> list[Any]:
     return content
 
 
+def _text_block(block: Mapping[str, Any], index: int) -> dict[str, Any] | None:
+    """Return an Anthropic ``text`` block as ours; None when its text is empty."""
+    text = _text(block.get("text"), "a text block's text", index)
+    return {"type": "text", "text": text} if text else None
+
+
+def _media_block(block: Mapping[str, Any], index: int, where: str) -> dict[str, Any] | None:
+    """Return a ``text`` or ``image`` block of *where* (a user message, a tool result) as
+    ours; None for empty text; any other type is refused."""
+    kind = block.get("type")
+    if kind == "text":
+        return _text_block(block, index)
+    if kind == "image":
+        return _anthropic_image(block, index)
+    raise HistoryFormatError(f"{where} block of type {kind!r} is not read", index=index)
+
+
 def _anthropic_inner(content: object, index: int) -> list[Any]:
     """Return the text and image blocks of a ``tool_result``'s content."""
-    blocks: list[Any] = []
-    for block in _anthropic_content(content, index):
-        kind = block.get("type")
-        if kind == "text":
-            if text := _text(block.get("text"), "a text block's text", index):
-                blocks.append({"type": "text", "text": text})
-        elif kind == "image":
-            blocks.append(_anthropic_image(block, index))
-        else:
-            raise HistoryFormatError(
-                f"a tool result block of type {kind!r} is not read", index=index
-            )
-    return blocks
+    return [
+        converted
+        for block in _anthropic_content(content, index)
+        if (converted := _media_block(block, index, "a tool result")) is not None
+    ]
 
 
 def _arguments(value: object, index: int) -> str:
@@ -336,8 +345,8 @@ def _anthropic_assistant(content: object, index: int) -> list[Any]:
     for block in _anthropic_content(content, index):
         kind = block.get("type")
         if kind == "text":
-            if text := _text(block.get("text"), "a text block's text", index):
-                blocks.append({"type": "text", "text": text})
+            if (text := _text_block(block, index)) is not None:
+                blocks.append(text)
         elif kind == "thinking":
             reasoning = {
                 "type": "reasoning",
@@ -403,15 +412,8 @@ def from_anthropic_messages(
                         index,
                         is_error=block.get("is_error") is True,
                     )
-                elif kind == "text":
-                    if text := _text(block.get("text"), "a text block's text", index):
-                        rest.append({"type": "text", "text": text})
-                elif kind == "image":
-                    rest.append(_anthropic_image(block, index))
-                else:
-                    raise HistoryFormatError(
-                        f"a user block of type {kind!r} is not read", index=index
-                    )
+                elif (converted := _media_block(block, index, "a user")) is not None:
+                    rest.append(converted)
             if rest:
                 log.user(rest, index)
         else:
