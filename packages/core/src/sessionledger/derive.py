@@ -22,6 +22,7 @@ from sessionledger.vocabulary import (
 
 __all__ = [
     "DerivedMessages",
+    "RequestFolds",
     "canonical_request_header",
     "messages_at",
     "project_message",

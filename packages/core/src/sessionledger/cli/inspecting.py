@@ -22,7 +22,6 @@ from rich.text import Text
 
 from sessionledger import jsoncodec
 from sessionledger.chunks import pack_chunk_runs
-from sessionledger.cli.preview import lookup
 from sessionledger.cli.render import (
     local_datetime,
     make_console,
@@ -34,7 +33,7 @@ from sessionledger.cli.render import (
     write_jsonl,
 )
 from sessionledger.cli.stores import opened_store, store_is_missing
-from sessionledger.derive import messages_at, transcript
+from sessionledger.derive import RequestFolds, messages_at, transcript
 from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.formats import to_anthropic_messages, to_openai_messages
@@ -42,7 +41,7 @@ from sessionledger.ledger import Ledger
 from sessionledger.persistence import SessionPersistence
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.surface import fold_surface
-from sessionledger.vocabulary import REQUEST_HEADER, TURN_END, TURN_START
+from sessionledger.vocabulary import TURN_END, TURN_START
 
 __all__ = [
     "catalog",
@@ -283,13 +282,10 @@ def _seq_in_range(at: int, events: tuple[SessionEvent, ...], session_id: str) ->
 
 
 def _system_prompt_at(events: Sequence[SessionEvent], at: int) -> str | None:
-    """Return the system prompt of the last ``request/header`` at or before *at*."""
-    for event in reversed(events[: at + 1]):
-        if event.type == REQUEST_HEADER:
-            header = lookup(event.data, "header")
-            system = lookup(header, "system")
-            return system if type(system) is str and system else None
-    return None
+    """Return the system prompt of the request header in force at *at* (the same fold
+    as ``Session.request_header``)."""
+    header = RequestFolds(events[: at + 1]).header()
+    return None if header is None else header.get("system")
 
 
 async def messages(args: argparse.Namespace) -> int:
