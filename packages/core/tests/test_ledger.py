@@ -353,13 +353,17 @@ async def test_delete_live_stored_and_unknown_sessions() -> None:
     await ledger.close()
 
 
-async def test_list_sessions_yields_stored_sessions_oldest_first() -> None:
+async def test_list_sessions_yields_most_recent_activity_first_or_newest_created() -> None:
     ticks = iter(range(1_000, 100_000, 10))
     ledger = memory_ledger(clock=lambda: next(ticks))
     for name in ("b", "a", "c"):
         closed_turn(ledger.create(name), 1)
         await ledger.flush(ledger.get(name))  # type: ignore[arg-type]
-    assert [info.header.id async for info in ledger.list_sessions()] == ["b", "a", "c"]
+    closed_turn(ledger.get("b"), 2)  # type: ignore[arg-type]
+    await ledger.flush(ledger.get("b"))  # type: ignore[arg-type]
+    assert [info.header.id async for info in ledger.list_sessions()] == ["b", "c", "a"]
+    listing = ledger.list_sessions(order="created")
+    assert [info.header.id async for info in listing] == ["c", "a", "b"]
     assert [info async for info in Ledger(load_entrypoints=False).list_sessions()] == []
     await ledger.close()
 

@@ -39,6 +39,7 @@ CODES: dict[str, set[str]] = {
     "SessionExistsError": {"SESSION_ALREADY_EXISTS"},
     "SessionNotFoundError": {"SESSION_NOT_FOUND"},
     "NotLiveError": {"NOT_LIVE"},
+    "QueryError": {"BAD_QUERY"},
     "SeqMismatchError": {"SEQ_MISMATCH"},
     "CorruptLogError": {"CORRUPT"},
     "FormatUnsupportedError": {

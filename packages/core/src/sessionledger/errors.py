@@ -24,6 +24,7 @@ __all__ = [
     "LedgerError",
     "MessageShapeError",
     "NotLiveError",
+    "QueryError",
     "ReentrantAppendError",
     "ResourceLimitError",
     "SeedError",
@@ -262,6 +263,14 @@ class ResourceLimitError(LedgerError, OSError):
     ) -> None:
         super().__init__(message, path=path, **kwargs)
         self.errno = errno
+
+
+class QueryError(LedgerError, ValueError):
+    """A listing, search or prune was asked something it cannot answer: a malformed or
+    foreign cursor, an unknown order, a bad limit, time or ``meta`` filter. Nothing was
+    read or changed."""
+
+    code = "BAD_QUERY"
 
 
 class ConfigError(LedgerError):

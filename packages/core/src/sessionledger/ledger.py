@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, final
 
@@ -23,7 +23,10 @@ from sessionledger.errors import (
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.persistence import SessionInfo, SessionPersistence
+from sessionledger.listing import SessionListing, SessionPage, SessionQuery, make_query
+from sessionledger.persistence import ReindexReport, SessionPersistence
+from sessionledger.retention import PrunePlan
+from sessionledger.searching import SearchHit
 from sessionledger.session import Clock, Session, SessionHooks, system_clock
 from sessionledger.snapshot import is_safe_int
 from sessionledger.vocabulary import TURN_END, TURN_START
@@ -350,12 +353,84 @@ class Ledger:
             ) from error
         return stored.header, stored.events
 
-    async def list_sessions(self) -> AsyncIterator[SessionInfo]:
-        """Yield the stored sessions (header and revision), oldest first."""
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        order: str = "last_activity",
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> SessionListing:
+        """List the stored sessions from their summaries, reading no events
+        (docs/listing.md): most recent activity first (``order="created"``: newest
+        session first), filtered by *title* (a substring, ASCII case-insensitive), *meta*
+        (each key equal to its value) and last activity (*since* inclusive, *until*
+        exclusive: epoch ms or ``datetime``). Await the result for one page of at most
+        *limit* sessions, whose ``next`` cursor is the *after* of the next page; or
+        iterate it with ``async for``. Bad arguments raise ``QueryError`` here. Events
+        not yet flushed are not stored, so not listed."""
+        query = make_query(
+            order=order, limit=limit, after=after, title=title, meta=meta, since=since, until=until
+        )
+        return SessionListing(self._page, query)
+
+    async def _page(self, query: SessionQuery) -> SessionPage:
         if self._persistence is None:
-            return
-        for info in await self._persistence.list_snapshots():
-            yield info
+            return SessionPage((), None)
+        return await self._persistence.list_sessions(query)
+
+    async def search(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session: str | None = None,
+        types: Iterable[str] | None = None,
+    ) -> list[SearchHit]:
+        """Return the stored message events whose text holds every word of *text*, newest
+        first (docs/listing.md, "search"); at most *limit*, of one *session* or of
+        *types* when given. Flushed events only."""
+        if self._persistence is None:
+            return []
+        return await self._persistence.search(text, limit=limit, session=session, types=types)
+
+    async def prune(
+        self,
+        *,
+        older_than: Any = None,
+        keep_last: int | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = True,
+    ) -> PrunePlan:
+        """Plan deleting the stored sessions inactive for longer than *older_than*
+        (``"30d"`` or a ``timedelta``) or beyond the *keep_last* most recent, among those
+        *title* and *meta* select; delete them only with ``dry_run=False``, recording the
+        prune in the store's audit log (docs/listing.md, "retention"). Sessions live in
+        this ledger are never deleted."""
+        self._check_open()
+        if self._persistence is None:
+            raise ConfigError("this ledger has no store to prune")
+        return await self._persistence.prune(
+            older_than=older_than, keep_last=keep_last, title=title, meta=meta, dry_run=dry_run
+        )
+
+    async def audit(self) -> list[Mapping[str, Any]]:
+        """Return the store's audit log (every executed prune), oldest record first."""
+        if self._persistence is None:
+            return []
+        return await self._persistence.audit()
+
+    async def reindex(self, id: str | None = None) -> ReindexReport:
+        """Rebuild the stored summaries and search index of one session, or of all, from
+        their events."""
+        self._check_open()
+        if self._persistence is None:
+            return ReindexReport(0)
+        return await self._persistence.reindex(id)
 
     async def delete(self, id: str) -> None:
         """Delete a session: drop it from the live set (unflushed events are discarded)

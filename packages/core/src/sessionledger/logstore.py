@@ -18,7 +18,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, final
 
+from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
+from sessionledger.listing import SessionQuery, StoredSummary
+from sessionledger.searching import IndexedText, TextQuery
+from sessionledger.summaries import SessionSummary
 
 __all__ = [
     "UNPARSABLE",
@@ -29,6 +33,7 @@ __all__ = [
     "RawRecord",
     "Repair",
     "RepairReceipt",
+    "SearchRow",
 ]
 
 #: Stands in for a record a store could not parse (``RawRecord.value``).
@@ -101,6 +106,9 @@ class Batch:
     ``first_seq`` is the seq of the batch's first event and ``end_seq`` the seq after its
     last one (a packed row stands for several events). ``creates`` marks the first batch
     of a session: the store keeps ``header`` and the records together, atomically.
+    ``summary`` is the session's summary once the batch is stored and ``texts`` the
+    searchable text of its events (given only to a store that ``indexes_text``); a store
+    that keeps them writes them in the same write as the records (docs/listing.md).
     """
 
     header: SessionHeader
@@ -108,6 +116,8 @@ class Batch:
     first_seq: int
     end_seq: int
     creates: bool = False
+    summary: SessionSummary | None = None
+    texts: Sequence[IndexedText] = ()
 
 
 @final
@@ -115,12 +125,16 @@ class Batch:
 class Repair:
     """What a cold load commits to a log it read at ``revision``: cut the log at
     ``cut_at`` (a ``RawRecord.position`` or ``RawLog.torn_at``; None cuts nothing), then
-    append ``closers`` (None appends nothing)."""
+    append ``closers`` (None appends nothing). ``kept_events`` is the seq the cut log ends
+    at (an index drops what it holds from there on) and ``summary`` the session's summary
+    once the repair is done."""
 
     header: SessionHeader
     revision: str
     cut_at: Any = None
     closers: Batch | None = None
+    kept_events: int | None = None
+    summary: SessionSummary | None = None
 
 
 @final
@@ -132,6 +146,13 @@ class RepairReceipt:
 
     quarantine: str | None = None
     moved_bytes: int = 0
+
+
+class SearchRow(NamedTuple):
+    """An event a store's text index matched: its session and its indexed text."""
+
+    session_id: str
+    text: IndexedText
 
 
 class LogStore(ABC):
@@ -154,6 +175,12 @@ class LogStore(ABC):
     #: Caps for packed chunk rows (docs/formats.md, "chunk rows"); None means unbounded.
     max_row_members: int | None = None
     max_row_bytes: int | None = None
+    #: Whether the store keeps a search index of ``Batch.texts`` (the policy computes the
+    #: texts only for such a store) and answers ``search_text``.
+    indexes_text: bool = False
+    #: Whether the store keeps an audit log (``append_audit``); without one, ``prune``
+    #: refuses to delete anything.
+    keeps_audit: bool = False
 
     @abstractmethod
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
@@ -224,3 +251,58 @@ class LogStore(ABC):
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the medium has one."""
         return None
+
+    # -- listing, search, retention (docs/listing.md); defaults for a store without indexes
+
+    async def list_summaries(self) -> list[StoredSummary]:
+        """Return every stored log's header, revision and summary, reading no events.
+
+        A summary the store does not hold, or cannot trust (a crash left it stale), is
+        None: the policy reads that log, summarizes it and hands it to ``save_summary``.
+        The default holds none."""
+        return [
+            StoredSummary(header, revision, None) for header, revision in await self.list_headers()
+        ]
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        """Keep *summary* as the summary of the log at *revision* (a store whose index
+        can go stale rebuilds it this way); the default keeps nothing."""
+        return None
+
+    async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
+        """Answer *query* from an index, as ``sessionledger.listing.select`` would over
+        every summary (its page and one more row), or return None to let the policy do
+        that over ``list_summaries`` (the default)."""
+        return None
+
+    async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
+        """Answer *query* from the store's text index, or None (the default) to let the
+        policy scan every log."""
+        return None
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        """Replace the summary and indexed texts of the log at *revision* (``reindex``);
+        return False, changing nothing, when the log is no longer at *revision*. The
+        default keeps nothing and returns True."""
+        return True
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        """Return how many bytes the session's log takes in the medium (what deleting it
+        frees), or None when the store cannot tell."""
+        return None
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        """Append *record* (a JSON object) to the store's audit log, durably, before
+        returning. The audit log is append-only: nothing in the library removes from
+        it."""
+        raise ConfigError(f"the {self.scheme or type(self).__qualname__} store keeps no audit log")
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        """Return the audit log's records, oldest first."""
+        return []

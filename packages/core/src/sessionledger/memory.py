@@ -14,12 +14,14 @@ import itertools
 import logging
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError, SessionLockedError
+from sessionledger.events import SessionHeader
 from sessionledger.hookspecs import BackendFactory, hookimpl
+from sessionledger.listing import StoredSummary
 from sessionledger.logstore import (
     UNPARSABLE,
     Batch,
@@ -32,6 +34,8 @@ from sessionledger.logstore import (
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.rows import member_count
+from sessionledger.searching import IndexedText
+from sessionledger.summaries import SessionSummary
 
 __all__ = [
     "MemoryLogStore",
@@ -54,6 +58,7 @@ class _Stored:
     incarnation: int
     changes: int = 0
     quarantined: list[bytes] = dataclasses.field(default_factory=list)  # records cut away
+    summary: SessionSummary | None = None  # None after tampering: rebuilt when listed
 
     @property
     def next_seq(self) -> int:
@@ -70,6 +75,7 @@ class MemoryLogStore(LogStore):
 
     scheme = "memory"
     can_tear = False  # a batch is added to the list at once
+    keeps_audit = True
 
     def __init__(self, storage: MemoryStore | None = None) -> None:
         self.storage: MemoryStore = storage if storage is not None else {}
@@ -132,13 +138,16 @@ class MemoryLogStore(LogStore):
             if stored is not None:
                 return False
             header = jsoncodec.dumps(batch.header.to_json())
-            self.storage[batch.header.id] = _Stored(header, encoded, ends, next(_incarnations))
+            self.storage[batch.header.id] = _Stored(
+                header, encoded, ends, next(_incarnations), summary=batch.summary
+            )
             return True
         if stored is None or stored.next_seq != batch.first_seq:
             return False
         stored.records.extend(encoded)
         stored.ends.extend(ends)
         stored.changes += 1
+        stored.summary = batch.summary
         return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
@@ -163,6 +172,7 @@ class MemoryLogStore(LogStore):
             stored.records.extend(jsoncodec.dumps(record) for record in closers.records)
             stored.ends.extend(_ends(closers))
             stored.changes += 1
+        stored.summary = repair.summary
         return receipt
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
@@ -177,6 +187,44 @@ class MemoryLogStore(LogStore):
     async def delete_log(self, session_id: str) -> bool:
         return self.storage.pop(session_id, None) is not None
 
+    async def list_summaries(self) -> list[StoredSummary]:
+        found = []
+        for header, revision in await self.list_headers():
+            stored = self.storage.get(header["id"]) if type(header) is dict else None
+            summary = None if stored is None else stored.summary
+            found.append(StoredSummary(header, revision, summary))
+        return found
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        stored = self.storage.get(session_id)
+        if stored is not None and _revision(stored) == revision:
+            stored.summary = summary
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        stored = self.storage.get(header.id)
+        if stored is None or _revision(stored) != revision:
+            return False
+        stored.summary = summary
+        return True
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        stored = self.storage.get(session_id)
+        if stored is None:
+            return None
+        return len(stored.header) + sum(len(line) for line in stored.records)
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        _audit_log(self.storage).append(jsoncodec.dumps(record))
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        return [jsoncodec.loads(line) for line in _audit_log(self.storage)]
+
     # -- tampering, for tests of the read path (the contract kit uses these) ------------
 
     def raw_records(self, session_id: str) -> list[bytes]:
@@ -188,6 +236,7 @@ class MemoryLogStore(LogStore):
         damaged medium would. Record ends are recomputed from what still parses."""
         stored = self.storage[session_id]
         stored.records = list(records)
+        stored.summary = None
         stored.ends = []
         end = 0
         for line in records:
@@ -212,6 +261,17 @@ class MemoryLogStore(LogStore):
 #: stays its own; session id -> the claiming store, weakly: a store that is gone, like a
 #: dead process, holds nothing).
 _claims: dict[int, tuple[MemoryStore, dict[str, weakref.ref[MemoryLogStore]]]] = {}
+
+
+#: The audit log of each storage dict (storage id -> (the storage, its records)).
+_audits: dict[int, tuple[MemoryStore, list[bytes]]] = {}
+
+
+def _audit_log(storage: MemoryStore) -> list[bytes]:
+    entry = _audits.get(id(storage))
+    if entry is None or entry[0] is not storage:
+        entry = _audits[id(storage)] = (storage, [])
+    return entry[1]
 
 
 def _holders(storage: MemoryStore) -> dict[str, weakref.ref[MemoryLogStore]]:

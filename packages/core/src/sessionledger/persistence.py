@@ -15,7 +15,10 @@ import builtins
 import contextlib
 import dataclasses
 import gc
+import heapq
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, final
 
@@ -36,19 +39,50 @@ from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
+    LedgerError,
+    QueryError,
     SeedError,
     SeqMismatchError,
     SessionExistsError,
+    SessionLockedError,
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt
+from sessionledger.listing import (
+    SessionInfo,
+    SessionPage,
+    SessionQuery,
+    StoredSummary,
+    encode_cursor,
+    make_query,
+    parse_duration,
+    select,
+)
+from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt, SearchRow
 from sessionledger.refusals import held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
+from sessionledger.retention import PruneCandidate, PrunePlan, who_and_where
+from sessionledger.searching import (
+    SEARCHED_TYPES,
+    SearchHit,
+    TextQuery,
+    indexed_texts,
+    matches,
+    snippet,
+    words,
+)
 from sessionledger.session import Clock, Session, SessionHooks
+from sessionledger.summaries import SessionSummary, summarize
 
-__all__ = ["SalvageReport", "SessionInfo", "SessionPersistence", "StoredSession", "TornTail"]
+__all__ = [
+    "ReindexReport",
+    "SalvageReport",
+    "SessionInfo",
+    "SessionPersistence",
+    "StoredSession",
+    "TornTail",
+]
 
 logger = logging.getLogger("sessionledger")
 
@@ -72,11 +106,12 @@ class StoredSession:
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A stored session's header and revision, read without its events."""
+class ReindexReport:
+    """What ``reindex`` did: how many sessions' summaries and search texts it rebuilt, and
+    the sessions it could not read (id and why), which keep what they had."""
 
-    header: SessionHeader
-    revision: str
+    reindexed: int
+    unreadable: tuple[tuple[str, str], ...] = ()
 
 
 @final
@@ -129,6 +164,7 @@ class SessionPersistence:
         self._created: dict[str, SessionHeader] = {}  # registered, nothing stored yet
         self._cursors: dict[str, int] = {}  # the seq the next batch must start with
         self._headers: dict[str, SessionHeader] = {}  # stored headers, by id
+        self._summaries: dict[str, SessionSummary] = {}  # of the logs this instance writes
         self._owned: set[str] = set()  # sessions this instance holds as their one writer
         self._closed = False
 
@@ -232,20 +268,29 @@ class SessionPersistence:
                         session_id=session_id,
                         seq=event.seq,
                     )
+            summary = self._summaries.get(session_id, SessionSummary()).after(batch)
             if creates:
                 async with self._owning(session_id):
-                    await self._write(header, batch, first=first, creates=True)
+                    await self._write(header, batch, first=first, creates=True, summary=summary)
             else:
-                await self._write(header, batch, first=first, creates=False)
+                await self._write(header, batch, first=first, creates=False, summary=summary)
             if creates:
                 del self._created[session_id]
                 self._headers[session_id] = header
             self._cursors[session_id] = first + len(batch)
+            self._summaries[session_id] = summary
 
     async def _write(
-        self, header: SessionHeader, events: list[SessionEvent], *, first: int, creates: bool
+        self,
+        header: SessionHeader,
+        events: list[SessionEvent],
+        *,
+        first: int,
+        creates: bool,
+        summary: SessionSummary,
     ) -> None:
-        if await self._store.write_batch(self._batch(header, events, first, creates)):
+        """Write *events*; *summary* is the session's once they are all stored."""
+        if await self._store.write_batch(self._batch(header, events, first, creates, summary)):
             return
         # Refused: storage does not end where this instance expects. A write whose
         # caller was cancelled (or whose reply was lost) may have landed, and
@@ -257,16 +302,24 @@ class SessionPersistence:
         if landed == len(events):
             return
         if landed:
-            await self._write(header, events[landed:], first=first + landed, creates=False)
+            await self._write(
+                header, events[landed:], first=first + landed, creates=False, summary=summary
+            )
             return
         raise refusal(header.id, first, creates=creates, raw=raw, scan=scan)
 
     def _batch(
-        self, header: SessionHeader, events: list[SessionEvent], first: int, creates: bool
+        self,
+        header: SessionHeader,
+        events: list[SessionEvent],
+        first: int,
+        creates: bool,
+        summary: SessionSummary,
     ) -> Batch:
         store = self._store
         records = pack_chunk_runs(events, store.max_row_members, store.max_row_bytes)
-        return Batch(header, records, first, first + len(events), creates)
+        texts = indexed_texts(events) if store.indexes_text else ()
+        return Batch(header, records, first, first + len(events), creates, summary, texts)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -332,6 +385,283 @@ class SessionPersistence:
             infos.append(SessionInfo(header, revision))
         infos.sort(key=lambda info: (info.header.created_at, info.header.id))
         return infos
+
+    # -- listing, search, retention (docs/listing.md) ---------------------------------
+
+    async def list_sessions(self, query: SessionQuery | None = None) -> SessionPage:
+        """Return one page of the stored sessions' summaries (``listing.make_query`` makes
+        *query*; by default every session, most recent activity first). Reads no events,
+        except to rebuild a summary the store could not trust."""
+        query = query or SessionQuery()
+        rows = await self._store.query_sessions(query)
+        if rows is None:
+            chosen = select(await self._all_summaries(), query)
+        else:
+            chosen = [info for row in rows if (info := await self._listed(row)) is not None]
+        limit = query.limit
+        if limit is None or len(chosen) <= limit:
+            return SessionPage(tuple(chosen), None)
+        page = tuple(chosen[:limit])
+        return SessionPage(page, encode_cursor(query, page[-1]))
+
+    async def _all_summaries(self) -> builtins.list[SessionInfo]:
+        infos: builtins.list[SessionInfo] = []
+        for row in await self._store.list_summaries():
+            info = await self._listed(row)
+            if info is not None:
+                infos.append(info)
+        return infos
+
+    async def _listed(self, row: StoredSummary) -> SessionInfo | None:
+        """The listing row of a store's *row*; a summary the store lacks is rebuilt from
+        the log (and handed back to the store). None for a header this build cannot
+        read (logged, as ``list_snapshots`` does)."""
+        try:
+            check_version(row.header, None)
+            header = stored_header(row.header, None, None)
+        except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
+            logger.warning("skipping a stored session this build cannot read: %s", error)
+            return None
+        if row.summary is not None:
+            return SessionInfo(header, row.revision, row.summary)
+        async with self._lock(header.id):
+            raw = await self._store.read_log(header.id)
+            if raw is None:
+                return None  # deleted meanwhile
+            try:
+                scan = scan_log(header.id, raw, contiguous_from=0)
+            except LedgerError as error:
+                logger.warning("session %r: cannot summarize its log: %s", header.id, error)
+                return SessionInfo(header, raw.revision, problem=f"{error.code}: {error}")
+            summary = summarize(scan.events)
+            await self._store.save_summary(header.id, raw.revision, summary)
+            return SessionInfo(header, raw.revision, summary)
+
+    async def search(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session: str | None = None,
+        types: Iterable[str] | None = None,
+    ) -> builtins.list[SearchHit]:
+        """Return the stored events whose message text holds every word of *text*, newest
+        first: from the store's index where it has one, else by reading every log."""
+        if type(text) is not str:
+            raise QueryError(f"search text must be a string, got {type(text).__name__}")
+        query_words = words(text)
+        if not query_words:
+            raise QueryError(f"search text {text!r} has no word to look for")
+        if type(limit) is not int or limit < 1:
+            raise QueryError(f"limit must be a positive integer, got {limit!r}")
+        if session is not None and (type(session) is not str or not session):
+            raise QueryError(f"session must be a non-empty string, got {session!r}")
+        chosen: frozenset[str] | None = None
+        if types is not None:
+            chosen = frozenset(types) if not isinstance(types, str) else frozenset((types,))
+            unknown = sorted(chosen - SEARCHED_TYPES)
+            if unknown or not chosen:
+                raise QueryError(
+                    f"search covers the types {', '.join(sorted(SEARCHED_TYPES))}; "
+                    f"got {', '.join(unknown) or 'none'}"
+                )
+        query = TextQuery(query_words, limit, session, chosen)
+        if session is not None and await self.revision(session) is None:
+            raise SessionNotFoundError("session not found", session_id=session)
+        rows = await self._store.search_text(query)
+        if rows is None:
+            rows = await self._scan_texts(query)
+        return [
+            SearchHit(
+                row.session_id,
+                row.text.seq,
+                row.text.type,
+                snippet(row.text.text, query_words),
+                row.text.time,
+            )
+            for row in rows
+        ]
+
+    async def _scan_texts(self, query: TextQuery) -> builtins.list[SearchRow]:
+        """Search by reading every log (a store without a text index)."""
+        if query.session is not None:
+            ids = [query.session]
+        else:
+            ids = [info.header.id for info in await self.list_snapshots()]
+        found: builtins.list[SearchRow] = []
+        for session_id in ids:
+            async with self._lock(session_id):
+                raw = await self._store.read_log(session_id)
+            if raw is None:
+                continue
+            try:
+                scan = scan_log(session_id, raw, contiguous_from=0)
+            except LedgerError as error:
+                logger.warning("search skips session %r: %s", session_id, error)
+                continue
+            for item in indexed_texts(scan.events):
+                if query.types is not None and item.type not in query.types:
+                    continue
+                if matches(item.text, query.words):
+                    found.append(SearchRow(session_id, item))
+        return heapq.nsmallest(
+            query.limit, found, key=lambda row: (-row.text.time, row.session_id, -row.text.seq)
+        )
+
+    async def prune(
+        self,
+        *,
+        older_than: object = None,
+        keep_last: int | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = True,
+        now: int | None = None,
+    ) -> PrunePlan:
+        """Plan (and, only with ``dry_run=False``, carry out) deleting the sessions whose
+        last activity is older than *older_than* (``"30d"``, a ``timedelta``), beyond
+        the *keep_last* most recently active, among those *title* and *meta* select.
+
+        Nothing is deleted without one of *older_than* and *keep_last*. An executed prune
+        is recorded in the audit log before its first deletion and after its last; a
+        store without an audit log refuses to execute one. A session another writer
+        holds, that changed since the plan or that this instance writes is skipped."""
+        if older_than is None and keep_last is None:
+            raise QueryError(
+                "prune needs older_than or keep_last: it never deletes every session by default"
+            )
+        age = None if older_than is None else parse_duration(older_than, "older_than")
+        if keep_last is not None and (type(keep_last) is not int or keep_last < 0):
+            raise QueryError(f"keep_last must be a non-negative integer, got {keep_last!r}")
+        if type(dry_run) is not bool:
+            raise QueryError(f"dry_run must be a bool, got {dry_run!r}")
+        query = make_query(title=title, meta=meta)
+        moment = int(time.time() * 1000) if now is None else now
+        criteria: dict[str, Any] = {
+            "olderThan": age,
+            "keepLast": keep_last,
+            "title": query.title,
+            "meta": dict(query.meta) or None,
+        }
+        infos = list((await self.list_sessions(query)).sessions)
+        if keep_last:
+            infos = infos[keep_last:]
+        if age is not None:
+            infos = [info for info in infos if info.last_activity < moment - age]
+        busy = tuple(
+            (info.id, "this process writes it")
+            for info in infos
+            if info.id in self._owned or info.id in self._created
+        )
+        held = {item[0] for item in busy}
+        candidates = tuple(
+            [
+                PruneCandidate(info, await self._store.stored_bytes(info.id))
+                for info in infos
+                if info.id not in held
+            ]
+        )
+        plan = PrunePlan(criteria, moment, candidates, skipped=busy)
+        if dry_run:
+            return plan
+        if not self._store.keeps_audit:
+            raise ConfigError(
+                f"the {self.scheme} store keeps no audit log, so prune deletes nothing "
+                "(every deletion it makes must be on record)"
+            )
+        audit_id = uuid.uuid4().hex
+        base = {"action": "prune", "id": audit_id, **who_and_where(), "criteria": criteria}
+        await self._store.append_audit(
+            {
+                **base,
+                "phase": "begin",
+                "time": int(time.time() * 1000),
+                "sessions": [item.info.id for item in candidates],
+                "bytes": plan.bytes,
+            }
+        )
+        deleted: builtins.list[str] = []
+        skipped = list(busy)
+        for item in candidates:
+            try:
+                gone = await self._delete_unchanged(item.info.id, item.info.revision)
+            except SessionLockedError:
+                skipped.append((item.info.id, "another writer holds it"))
+                continue
+            if gone:
+                deleted.append(item.info.id)
+            else:
+                skipped.append((item.info.id, "it changed since the plan"))
+        done = dataclasses.replace(
+            plan, executed=True, deleted=tuple(deleted), skipped=tuple(skipped), audit_id=audit_id
+        )
+        await self._store.append_audit(
+            {
+                **base,
+                "phase": "end",
+                "time": int(time.time() * 1000),
+                "deleted": deleted,
+                "skipped": [{"id": id, "reason": reason} for id, reason in skipped],
+                "bytesFreed": done.bytes_freed,
+            }
+        )
+        return done
+
+    async def _delete_unchanged(self, session_id: str, revision: str) -> bool:
+        """Delete *session_id* if its log is still at *revision*, as its one writer."""
+        async with self._lock(session_id):
+            if session_id in self._owned or session_id in self._created:
+                return False
+            if await self._store.read_revision(session_id) != revision:
+                return False
+            await self._store.claim(session_id)
+            try:
+                if await self._store.read_revision(session_id) != revision:
+                    return False
+                return await self._store.delete_log(session_id)
+            finally:
+                self._cursors.pop(session_id, None)
+                self._headers.pop(session_id, None)
+                self._summaries.pop(session_id, None)
+                await self._store.release(session_id)
+
+    async def audit(self) -> builtins.list[Mapping[str, Any]]:
+        """Return the store's audit log, oldest record first."""
+        return await self._store.read_audit()
+
+    async def reindex(self, session_id: str | None = None) -> ReindexReport:
+        """Rebuild the summary and search texts of one stored session, or of all, from
+        their logs (after an index was lost, or to fill one a store gained later)."""
+        if session_id is None:
+            ids = [info.header.id for info in await self.list_snapshots()]
+        else:
+            ids = [session_id]
+        done = 0
+        unreadable: builtins.list[tuple[str, str]] = []
+        for one in ids:
+            problem = await self._reindex_one(one)
+            if problem is None:
+                done += 1
+            else:
+                unreadable.append((one, problem))
+        return ReindexReport(done, tuple(unreadable))
+
+    async def _reindex_one(self, session_id: str) -> str | None:
+        async with self._lock(session_id):
+            for _ in range(3):
+                raw = await self._store.read_log(session_id)
+                if raw is None:
+                    raise SessionNotFoundError("session not found", session_id=session_id)
+                try:
+                    scan = scan_log(session_id, raw, contiguous_from=0)
+                except LedgerError as error:
+                    return f"{error.code}: {error}"
+                texts = indexed_texts(scan.events) if self._store.indexes_text else []
+                if await self._store.rewrite_index(
+                    scan.header, raw.revision, summarize(scan.events), texts
+                ):
+                    return None
+            return "SEQ_MISMATCH: the log kept changing while it was reindexed"
 
     async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
         """Keep the longest intact prefix of a damaged log, move everything after it into
@@ -412,6 +742,7 @@ class SessionPersistence:
             registered = self._created.pop(session_id, None) is not None
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
+            self._summaries.pop(session_id, None)
             try:
                 deleted = await self._store.delete_log(session_id)
             finally:
@@ -429,6 +760,7 @@ class SessionPersistence:
         async with self._lock(session_id):
             self._cursors.pop(session_id, None)
             self._headers.pop(session_id, None)
+            self._summaries.pop(session_id, None)
             self._owned.discard(session_id)
             await self._store.release(session_id)
 
@@ -520,6 +852,7 @@ class SessionPersistence:
                 )
         self._headers[session_id] = scan.header
         self._cursors[session_id] = len(scan.events) + len(closers)
+        self._summaries[session_id] = read.summary
         return read.stored(revision, torn), read.session
 
     async def _repair(
@@ -529,11 +862,14 @@ class SessionPersistence:
         (docs/reading.md, "resume and crash repair")."""
         failpoint("core.repair.begin")
         end = len(scan.events)
+        summary = summarize((*scan.events, *closers))
         repair = Repair(
             scan.header,
             scan.revision,
             cut_at=scan.torn_at,
-            closers=self._batch(scan.header, closers, end, False) if closers else None,
+            closers=self._batch(scan.header, closers, end, False, summary) if closers else None,
+            kept_events=end,
+            summary=summary,
         )
         receipt = await self._store.commit_repair(repair)
         if receipt is None:
@@ -560,6 +896,11 @@ class _Validated:
     scan: ScannedLog
     closers: builtins.list[SessionEvent]
     session: Session
+
+    @property
+    def summary(self) -> SessionSummary:
+        """The summary of the log once its closers are appended."""
+        return summarize((*self.scan.events, *self.closers))
 
     def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
         """The session as read at *revision*, with its torn tail (by default, as read)."""
