@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sessionledger import jsoncodec
-from sessionledger._failpoints import failpoint
 from sessionledger_jsonl._files import FileSystem
 from sessionledger_jsonl._format import parse_line
 
@@ -61,7 +60,6 @@ class AuditLog:
                 system.close(fd)
             if created and self._fsync:
                 system.fsync(root)
-            failpoint("jsonl.audit.after-fsync")
         finally:
             system.close(root)
 

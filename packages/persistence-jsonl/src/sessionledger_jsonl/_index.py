@@ -8,8 +8,9 @@ entry counts only while its revision is the log's current one (the same string
 dropped by a concurrent compaction can make an entry stale, never wrong, and a stale
 entry is simply not used (the policy rebuilds it from the log and saves it again). That
 is why the append needs no fsync. Lines that do not parse are skipped; the last entry of
-an id wins. When the index holds far more lines than sessions, a listing rewrites it
-atomically (temp file, fsync, ``rename``, directory fsync) with the current entries only.
+an id wins; an append after a torn line starts a new line, so it is never lost with it.
+When the index holds far more lines than sessions, a listing rewrites it atomically
+(temp file, fsync, ``rename``, directory fsync) with the current entries only.
 Everything here is blocking; the store runs it in worker threads.
 """
 
@@ -88,6 +89,9 @@ class SummaryIndex:
             try:
                 fd, _ = system.open_appending(INDEX_NAME, root)
                 try:
+                    size = system.size(fd)
+                    if size and system.read_at(fd, 1, size - 1) != b"\n":
+                        line = b"\n" + line  # after a torn line: never merge with it
                     system.write(fd, line)
                 finally:
                     system.close(fd)
@@ -156,7 +160,6 @@ class SummaryIndex:
                             system.fsync(fd)
                     finally:
                         system.close(fd)
-                    failpoint("jsonl.index.before-rename")
                     system.rename(temp, INDEX_NAME, root)
                 except BaseException:
                     with contextlib.suppress(OSError):
