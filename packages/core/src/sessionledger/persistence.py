@@ -149,6 +149,9 @@ class SessionPersistence:
     - ``read_from(id, from_seq)`` returns the stored suffix as stored, no repair.
     - ``list()`` / ``list_snapshots()`` read headers (and revisions) only, ordered by
       ``created_at`` then id; ``delete(id)`` removes a session; ``close()`` is idempotent.
+    - ``list_sessions(query)`` pages through the stored summaries, ``search(text)`` finds
+      message text, ``prune(...)`` plans (and on request carries out and records)
+      deletions, ``reindex()`` rebuilds summaries and texts (docs/listing.md).
 
     Operations on one session id are serialized within the process. *event_types* is
     the registry the read path accepts (default: the core vocabulary plus entry-point
