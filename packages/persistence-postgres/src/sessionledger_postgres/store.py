@@ -31,27 +31,48 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, final
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from sessionledger.committed import check_version, stored_header
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
+    FormatUnsupportedError,
+    HeaderError,
     LedgerError,
     SeqMismatchError,
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
+from sessionledger.events import SessionHeader
+from sessionledger.listing import SessionInfo, SessionQuery, StoredSummary, matches_query
+from sessionledger.logstore import (
+    Batch,
+    LogStore,
+    RawLog,
+    RawRecord,
+    Repair,
+    RepairReceipt,
+    SearchRow,
+)
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
+from sessionledger.searching import IndexedText, TextQuery
+from sessionledger.summaries import SessionSummary
 from sessionledger_postgres import rows
 from sessionledger_postgres import schema as schema_module
-from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name, quote
+from sessionledger_postgres.schema import (
+    DEFAULT_SCHEMA,
+    INDEXED_CHARS,
+    check_schema_name,
+    quote,
+)
+from sessionledger_postgres.upgrade import upgrade_v1
 
 __all__ = ["PostgresLogStore", "PostgresPersistence"]
 
@@ -63,6 +84,10 @@ _EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, i
 _UNNEST: Final = (
     "unnest({0}::bigint[], {1}::text[], {2}::bigint[], {3}::text[], {4}::text[], {5}::text[], "
     "{6}::smallint[]) AS r (seq, type, time, data, source_event_seqs, surface_op, ignorable)"
+)
+_SUMMARY_COLUMNS: Final = "events, first_activity, last_activity, open_turn"
+_UNNEST_TEXTS: Final = (
+    "unnest({0}::bigint[], {1}::text[], {2}::bigint[], {3}::text[]) AS t (seq, type, time, text)"
 )
 _GRACEFUL_CLOSE_S: Final = 10.0
 _SYNCHRONOUS_COMMIT: Final = "SELECT current_setting('synchronous_commit')"
@@ -87,6 +112,7 @@ class _Statements:
     def __init__(self, schema: str) -> None:
         s = quote(schema)
         into_events = f"INSERT INTO {s}.events (session_id, {_EVENT_COLUMNS}) "
+        into_texts = f"INSERT INTO {s}.search_text (session_id, seq, type, time, text) "
         self.select_session = (
             f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM {s}.sessions WHERE id = $1"
         )
@@ -103,26 +129,67 @@ class _Statements:
             f"coalesce((SELECT max(seq) FROM {s}.events WHERE session_id = $1 AND seq <= $2), 0) "
             "ORDER BY seq"
         )
-        # Materialize: the header row and the first batch in one statement. A concurrent
-        # creator makes ON CONFLICT insert nothing, so no event row is inserted either.
+        # Materialize: the header row, its summary, the first batch and its texts in one
+        # statement. A concurrent creator makes ON CONFLICT insert nothing, so no event or
+        # text row is inserted either.
         self.materialize = (
             f"WITH created AS (INSERT INTO {s}.sessions ({_HEADER_COLUMNS}, incarnation, "
-            "revision, next_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, $11) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id) "
-            f"{into_events}SELECT created.id, r.* FROM created, "
+            f"revision, next_seq, {_SUMMARY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
+            "$9, $10, 0, $11, $19, $20, $21, $22) ON CONFLICT (id) DO NOTHING RETURNING id), "
+            f"indexed AS ({into_texts}SELECT created.id, t.* FROM created, "
+            + _UNNEST_TEXTS.format("$23", "$24", "$25", "$26")
+            + f") {into_events}SELECT created.id, r.* FROM created, "
             + _UNNEST.format("$12", "$13", "$14", "$15", "$16", "$17", "$18")
         )
-        # Append: the stale-writer check, the revision bump and the rows in one statement
-        # (docs/durability.md). Under READ COMMITTED a writer that waited for the row lock
-        # re-evaluates next_seq = $3 on the winner's row version and updates nothing.
+        # Append: the stale-writer check, the revision bump, the summary, the rows and
+        # their texts in one statement (docs/durability.md). Under READ COMMITTED a writer
+        # that waited for the row lock re-evaluates next_seq = $3 on the winner's row
+        # version and updates nothing, so it inserts nothing either.
         self.advance = (
-            f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1 "
-            "WHERE id = $1 AND next_seq = $3 RETURNING id) "
-            f"{into_events}SELECT advanced.id, r.* FROM advanced, "
+            f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, "
+            "events = $11, first_activity = $12, last_activity = $13, open_turn = $14 "
+            "WHERE id = $1 AND next_seq = $3 RETURNING id), "
+            f"indexed AS ({into_texts}SELECT advanced.id, t.* FROM advanced, "
+            + _UNNEST_TEXTS.format("$15", "$16", "$17", "$18")
+            + f") {into_events}SELECT advanced.id, r.* FROM advanced, "
             + _UNNEST.format("$4", "$5", "$6", "$7", "$8", "$9", "$10")
         )
+        self.set_summary = (
+            f"UPDATE {s}.sessions SET events = $2, first_activity = $3, last_activity = $4, "
+            "open_turn = $5 WHERE id = $1"
+        )
+        self.insert_texts = f"{into_texts}SELECT $1, t.* FROM " + _UNNEST_TEXTS.format(
+            "$2", "$3", "$4", "$5"
+        )
+        self.delete_texts_from = f"DELETE FROM {s}.search_text WHERE session_id = $1 AND seq >= $2"
+        self.delete_texts = f"DELETE FROM {s}.search_text WHERE session_id = $1"
+        self.select_summaries = (
+            f"SELECT {_HEADER_COLUMNS}, incarnation, revision, {_SUMMARY_COLUMNS} "
+            f"FROM {s}.sessions ORDER BY created_at, id"
+        )
+        self.listing = (
+            f"SELECT {_HEADER_COLUMNS}, incarnation, revision, {_SUMMARY_COLUMNS} FROM {s}.sessions"
+        )
+        self.unsummarized = f"SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE events IS NULL)"
+        self.search = (
+            f"SELECT session_id, seq, type, time, text FROM {s}.search_text WHERE "
+            f"to_tsvector('simple'::regconfig, left(text, {INDEXED_CHARS:d})) "
+            "@@ plainto_tsquery('simple'::regconfig, $1)"
+        )
+        # What deleting a session frees: its rows' stored (possibly compressed) sizes.
+        self.stored_bytes = (
+            f"SELECT pg_column_size(x.*) + coalesce((SELECT sum(pg_column_size(e.*)) FROM "
+            f"{s}.events e WHERE e.session_id = $1), 0) + coalesce((SELECT "
+            f"sum(pg_column_size(t.*)) FROM {s}.search_text t WHERE t.session_id = $1), 0) "
+            f"FROM {s}.sessions x WHERE x.id = $1"
+        )
+        self.append_audit = f"INSERT INTO {s}.audit (record) VALUES ($1)"
+        self.read_audit = f"SELECT record FROM {s}.audit ORDER BY id"
         self.revision = f"SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"
         self.lock_session = f"{self.revision} FOR UPDATE"
+        self.lock_summary = (
+            f"SELECT incarnation, revision, created_at FROM {s}.sessions WHERE id = $1 FOR UPDATE"
+        )
         self.delete_tail = f"DELETE FROM {s}.events WHERE session_id = $1 AND seq >= $2"
         self.count_tail = f"SELECT count(*) FROM {s}.events WHERE session_id = $1 AND seq >= $2"
         self.select_tail = (
@@ -197,6 +264,8 @@ class PostgresLogStore(LogStore):
     quarantines = False  # a repair that would delete rows is refused
     max_row_members = 1024
     max_row_bytes = 1 << 20
+    indexes_text = True  # search_text, written with each batch
+    keeps_audit = True  # the audit table
 
     def __init__(
         self,
@@ -208,6 +277,7 @@ class PostgresLogStore(LogStore):
         exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
+        upgrade: bool = False,
     ) -> None:
         if type(dsn) is not str or urlsplit(dsn).scheme not in ("postgresql", "postgres"):
             raise ConfigError(f"expected a postgresql:// URL, got {dsn!r}")
@@ -218,7 +288,10 @@ class PostgresLogStore(LogStore):
                 "docs/durability.md); the option remains only so that exclusive=true keeps "
                 "working"
             )
+        if type(upgrade) is not bool:
+            raise ConfigError(f"upgrade must be true or false, got {upgrade!r}")
         self._dsn = dsn
+        self._upgrade = upgrade
         self._schema = check_schema_name(schema)
         self._sql = _Statements(self._schema)
         self._pool_sizes = (pool_min_size, pool_max_size)
@@ -268,7 +341,9 @@ class PostgresLogStore(LogStore):
             pool = await self._create_pool(None)
             try:
                 async with pool.acquire() as conn:
-                    await schema_module.prepare(conn, self._schema)
+                    await schema_module.prepare(
+                        conn, self._schema, upgrade_v1 if self._upgrade else None
+                    )
                     durable = await conn.fetchval(_SYNCHRONOUS_COMMIT) != "off"
                 if not durable:
                     # The server (or the URL) acknowledges commits before they are flushed;
@@ -429,6 +504,8 @@ class PostgresLogStore(LogStore):
         # Serialize before touching the server: a value that cannot be stored writes nothing.
         rows.plain_text(session_id, "session id", session_id)
         columns = rows.batch_columns(session_id, batch.records)
+        summary = rows.summary_columns(batch.summary, header.created_at)
+        texts = rows.text_columns(batch.texts)
         await self._hold(session_id)  # the policy claimed it; this checks the claim holds
         async with self.connection(session_id) as conn:
             if batch.creates:
@@ -446,10 +523,18 @@ class PostgresLogStore(LogStore):
                     uuid.uuid4().hex,
                     batch.end_seq,
                     *columns,
+                    *summary,
+                    *texts,
                 )
             else:
                 status = await conn.execute(
-                    self._sql.advance, session_id, batch.end_seq, batch.first_seq, *columns
+                    self._sql.advance,
+                    session_id,
+                    batch.end_seq,
+                    batch.first_seq,
+                    *columns,
+                    *summary,
+                    *texts,
                 )
         return _count(status) > 0
 
@@ -457,6 +542,8 @@ class PostgresLogStore(LogStore):
         session_id = repair.header.id
         closers = repair.closers
         columns = None if closers is None else rows.batch_columns(session_id, closers.records)
+        created_at = repair.header.created_at
+        summary = rows.summary_columns(repair.summary, created_at)
         await self._hold(session_id)
         try:
             async with self.connection(session_id) as conn, conn.transaction():
@@ -474,12 +561,21 @@ class PostgresLogStore(LogStore):
                     await conn.execute(self._sql.delete_tail, session_id, repair.cut_at)
                     end = rows.row_end(await conn.fetchrow(self._sql.select_tail, session_id))
                     await conn.execute(self._sql.set_end, session_id, end)
+                if repair.kept_events is not None:
+                    await conn.execute(self._sql.delete_texts_from, session_id, repair.kept_events)
                 if closers is not None and columns is not None:
                     status = await conn.execute(
-                        self._sql.advance, session_id, closers.end_seq, closers.first_seq, *columns
+                        self._sql.advance,
+                        session_id,
+                        closers.end_seq,
+                        closers.first_seq,
+                        *columns,
+                        *summary,
+                        *rows.text_columns(closers.texts),
                     )
                     if _count(status) == 0:
                         raise _Refused  # rolls the cut back too
+                await conn.execute(self._sql.set_summary, session_id, *summary)
         except _Refused:
             return None
         return RepairReceipt()
@@ -495,6 +591,155 @@ class PostgresLogStore(LogStore):
 
     async def release(self, session_id: str) -> None:
         await self._release(session_id)
+
+    # -- listing, search, retention (docs/listing.md) -------------------------------------
+
+    async def list_summaries(self) -> list[StoredSummary]:
+        async with self.connection() as conn:
+            found = await conn.fetch(self._sql.select_summaries)
+        return [_stored_summary(row) for row in found]
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        if rows.text_flaw(session_id) is not None:
+            return
+        async with self.connection(session_id) as conn, conn.transaction():
+            current = await conn.fetchrow(self._sql.lock_summary, session_id)
+            if current is None or rows.revision_string(current[0], current[1]) != revision:
+                return  # changed meanwhile: the writer stored a newer summary
+            await conn.execute(
+                self._sql.set_summary, session_id, *rows.summary_columns(summary, current[2])
+            )
+
+    async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
+        """Answer *query* in SQL: the order, the cursor, the time bounds and the title
+        filter (ASCII letters folded by ``translate``, not the locale's ``lower``) select
+        and order the rows; a ``meta`` filter narrows them to rows whose stored JSON text
+        holds ``"key":value`` as ``jsoncodec`` writes it. Each row is then checked with
+        the core's own ``matches_query`` (which settles ``meta`` types exactly: JSON text
+        holding U+0000 or not parsing cannot be cast in SQL) and rows whose header this
+        build cannot read are skipped, as the policy skips them, before the page is
+        counted. Falls back to the policy (None) while a summary is untrusted, or for a
+        filter no SQL parameter can carry."""
+        clauses: list[str] = []
+        args: list[Any] = []
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        key = "last_activity" if query.order == "last_activity" else "created_at"
+        if query.title is not None:
+            if rows.text_flaw(query.title) is not None:
+                return None
+            clauses.append(
+                f"strpos({_ASCII_FOLD.format('title')}, {_ASCII_FOLD.format(arg(query.title))}) > 0"
+            )
+        for name, value in query.meta:
+            try:
+                needle = f"{rows.json_text(name)}:{rows.json_text(value)}"
+            except LedgerError:
+                return None
+            clauses.append(f"strpos(meta, {arg(needle)}) > 0")
+        if query.since is not None:
+            clauses.append(f"last_activity >= {arg(query.since)}")
+        if query.until is not None:
+            clauses.append(f"last_activity < {arg(query.until)}")
+        if query.after is not None:
+            after_key, after_id = query.after
+            if rows.text_flaw(after_id) is not None:
+                return None
+            at = arg(after_key)
+            clauses.append(f"({key} < {at} OR ({key} = {at} AND id > {arg(after_id)}))")
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = f"{self._sql.listing}{where} ORDER BY {key} DESC, id"
+        wanted = None if query.limit is None else query.limit + 1
+        chosen: list[StoredSummary] = []
+        async with (
+            self.connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            if await conn.fetchval(self._sql.unsummarized):
+                return None  # the policy rebuilds and saves them, then the index answers
+            prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
+            async for row in conn.cursor(sql, *args, prefetch=prefetch):
+                stored = _stored_summary(row)
+                if not _listable(stored, query):
+                    continue
+                chosen.append(stored)
+                if wanted is not None and len(chosen) >= wanted:
+                    break
+        return chosen
+
+    async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
+        """Answer *query* from the GIN index: a row matches when PostgreSQL's ``simple``
+        parser finds every query word in its text (the core's rule for plain words;
+        docs/formats.md, "PostgreSQL")."""
+        sql = self._sql.search
+        args: list[Any] = [" ".join(query.words)]
+        if query.session is not None:
+            if rows.text_flaw(query.session) is not None:
+                return []  # no stored session has such an id
+            args.append(query.session)
+            sql += f" AND session_id = ${len(args)}"
+        if query.types is not None:
+            args.append(sorted(query.types))
+            sql += f" AND type = ANY(${len(args)}::text[])"
+        args.append(query.limit)
+        sql += f" ORDER BY time DESC, session_id, seq DESC LIMIT ${len(args)}"
+        async with self.connection(query.session) as conn:
+            found = await conn.fetch(sql, *args)
+        return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        session_id = header.id
+        if rows.text_flaw(session_id) is not None:
+            return False
+        columns = rows.text_columns(texts)
+        async with self.connection(session_id) as conn, conn.transaction():
+            current = await conn.fetchrow(self._sql.lock_summary, session_id)
+            if current is None or rows.revision_string(current[0], current[1]) != revision:
+                return False
+            await conn.execute(
+                self._sql.set_summary, session_id, *rows.summary_columns(summary, current[2])
+            )
+            await conn.execute(self._sql.delete_texts, session_id)
+            if texts:
+                await conn.execute(self._sql.insert_texts, session_id, *columns)
+        return True
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        """Return the stored size of the session's rows (``pg_column_size`` of its
+        ``sessions``, ``events`` and ``search_text`` rows, compressed as stored), without
+        per-row headers and index entries: what deleting it frees, roughly."""
+        if rows.text_flaw(session_id) is not None:
+            return None
+        async with self.connection(session_id) as conn:
+            size = await conn.fetchval(self._sql.stored_bytes, session_id)
+        return None if size is None else int(size)
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        text = rows.json_text(record)  # JSON escapes U+0000: the text column can hold it
+        async with self.connection() as conn:
+            await conn.execute(self._sql.append_audit, text)  # autocommit: durable on return
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        async with self.connection() as conn:
+            found = await conn.fetch(self._sql.read_audit)
+        records: list[Mapping[str, Any]] = []
+        for row in found:
+            try:
+                records.append(rows.parse_json(row[0]))
+            except ValueError as error:
+                raise CorruptLogError(
+                    f"an audit record is not JSON: {error}", path=self._location
+                ) from error
+        return records
 
     async def close(self) -> None:
         async with self._gate:
@@ -523,6 +768,30 @@ def _describe(holder: asyncpg.Record | None) -> str:
     return f"{str(holder[0])[:_NAME_BYTES]}{since}"
 
 
+_ASCII_FOLD: Final = "translate({}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
+
+
+def _stored_summary(row: asyncpg.Record) -> StoredSummary:
+    """A listing row from a ``sessions`` row (header, incarnation, revision, summary)."""
+    return StoredSummary(
+        rows.header_json(row),
+        rows.revision_string(row[9], row[10]),
+        rows.summary_from_columns(row[11], row[12], row[13], row[14]),
+    )
+
+
+def _listable(stored: StoredSummary, query: SessionQuery) -> bool:
+    """Whether the policy lists *stored* for *query*: a header this build reads (else it
+    is skipped, as ``list_sessions`` skips it), passing the core's filters."""
+    try:
+        check_version(stored.header, None)
+        header = stored_header(stored.header, None, None)
+    except (FormatUnsupportedError, HeaderError, CorruptLogError):
+        return False
+    info = SessionInfo(header, stored.revision, stored.summary or SessionSummary())
+    return matches_query(info, query)
+
+
 class _Refused(Exception):
     """The closers of a repair did not continue the log: roll the repair back."""
 
@@ -537,7 +806,8 @@ class PostgresPersistence(SessionPersistence):
     PostgreSQL schema holding the tables; *pool_min_size* / *pool_max_size* size the
     connection pool; *connect_timeout* and *command_timeout* are in seconds. Each store
     object keeps one more connection, holding its sessions' claims (see the module docs);
-    *exclusive* remains for compatibility and must be true.
+    *exclusive* remains for compatibility and must be true. *upgrade* lets the first use
+    upgrade a schema of the previous release (v1) in place (docs/formats.md, PostgreSQL).
     """
 
     def __init__(
@@ -551,6 +821,7 @@ class PostgresPersistence(SessionPersistence):
         exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
+        upgrade: bool = False,
     ) -> None:
         self._postgres = PostgresLogStore(
             dsn,
@@ -560,6 +831,7 @@ class PostgresPersistence(SessionPersistence):
             exclusive=exclusive,
             connect_timeout=connect_timeout,
             command_timeout=command_timeout,
+            upgrade=upgrade,
         )
         super().__init__(self._postgres, event_types=event_types)
 
