@@ -4,9 +4,13 @@ log, and the upgrade of a v1 schema in place. Every expectation is the core's ow
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -23,6 +27,7 @@ from sessionledger.testing.builders import closed_turn, open_turn_with_pending_c
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
 from sessionledger_postgres.schema import EXPECTED_COLUMNS, EXPECTED_RELATIONS
+from sessionledger_postgres.testing import with_options
 from sessionledger_postgres.upgrade import REFUSED
 
 Make = Callable[..., PostgresPersistence]
@@ -539,6 +544,46 @@ async def test_an_altered_v1_schema_is_not_upgraded(
         assert await snapshot(dsn, target) == before
     finally:
         await sql(dsn, f'DROP SCHEMA IF EXISTS "{target}" CASCADE')
+
+
+def test_two_processes_upgrading_at_once_upgrade_once(pg_url: str, pg_schema: str) -> None:
+    dsn = dsn_of(pg_url)
+
+    async def build() -> None:
+        source = PostgresPersistence(dsn, schema=pg_schema)
+        try:
+            for number in range(5):
+                header = SessionHeader(id=f"s{number}", created_at=number)
+                await both([source], header, [user(0, number, f"word{number}"), note(1, 9)])
+        finally:
+            await source.close()
+        await v1_copy_of(dsn, pg_schema, f"{pg_schema}_v1")
+
+    asyncio.run(build())
+    target = f"{pg_schema}_v1"
+    try:
+        url = with_options(pg_url, schema=target, upgrade=1)
+        child = Path(__file__).with_name("pg_child.py")
+        children = [
+            subprocess.Popen(
+                [sys.executable, str(child), "migrate", url],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [process.communicate("go\n", timeout=120) for process in children]
+        assert [out.strip() for out, _ in outputs] == ["ok", "ok"], outputs
+        found = asyncio.run(
+            sql(dsn, f'SELECT count(*), min(events) FROM "{target}".sessions WHERE events = 2')
+        )
+        assert tuple(found[0]) == (5, 2)
+        texts = asyncio.run(sql(dsn, f'SELECT count(*) FROM "{target}".search_text'))
+        assert texts[0][0] == 5
+    finally:
+        asyncio.run(sql(dsn, f'DROP SCHEMA IF EXISTS "{target}" CASCADE'))
 
 
 def test_the_upgrade_url_option() -> None:
