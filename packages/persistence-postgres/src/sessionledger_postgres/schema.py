@@ -329,16 +329,21 @@ async def inspect_schema(conn: Connection, schema: str, *, upgrade: bool = False
     application, version = rows[0]
     if application != APPLICATION:
         raise _foreign(schema, f"store_info names the application {application!r}")
-    _check_version(schema, version, upgrade=upgrade)
     if version == _UPGRADABLE:
-        expected = (V1_RELATIONS, V1_COLUMNS)
-    else:
+        # Only an intact v1 store is offered the upgrade: anything else is not ours.
+        _check_identity(schema, version, (relations, columns), (V1_RELATIONS, V1_COLUMNS))
+    _check_version(schema, version, upgrade=upgrade)
+    if version == SCHEMA_VERSION:
         expected = (EXPECTED_RELATIONS, EXPECTED_COLUMNS)
-    if (relations, columns) != expected:
+        _check_identity(schema, version, (relations, columns), expected)
+    return int(version)
+
+
+def _check_identity(schema: str, version: int, found: object, expected: object) -> None:
+    if found != expected:
         raise _foreign(
             schema, f"its tables differ from schema v{version}'s; was it altered by hand?"
         )
-    return int(version)
 
 
 def _check_version(schema: str, version: object, *, upgrade: bool) -> None:
