@@ -26,31 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import math
-import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.committed import check_version, stored_header
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
-    FormatUnsupportedError,
-    HeaderError,
     LedgerError,
     SeqMismatchError,
     SessionLockedError,
     SessionNotFoundError,
 )
 from sessionledger.events import SessionHeader
-from sessionledger.listing import SessionInfo, SessionQuery, StoredSummary, matches_query
+from sessionledger.listing import SessionQuery, StoredSummary
 from sessionledger.logstore import (
     Batch,
     LogStore,
@@ -64,195 +57,21 @@ from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.searching import IndexedText, TextQuery
 from sessionledger.summaries import SessionSummary
-from sessionledger_postgres import rows
+from sessionledger_postgres import claims, options, queries, rows
 from sessionledger_postgres import schema as schema_module
-from sessionledger_postgres.schema import (
-    DEFAULT_SCHEMA,
-    INDEXED_CHARS,
-    check_schema_name,
-    quote,
-)
+from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
+from sessionledger_postgres.statements import Statements
 from sessionledger_postgres.upgrade import upgrade_v1
 
 __all__ = ["PostgresLogStore", "PostgresPersistence"]
 
-_HEADER_COLUMNS: Final = (
-    "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
-)
-_EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, ignorable"
-# The batch travels as seven parallel arrays: one message, one statement, any batch size.
-_UNNEST: Final = (
-    "unnest({0}::bigint[], {1}::text[], {2}::bigint[], {3}::text[], {4}::text[], {5}::text[], "
-    "{6}::smallint[]) AS r (seq, type, time, data, source_event_seqs, surface_op, ignorable)"
-)
-_SUMMARY_COLUMNS: Final = "events, first_activity, last_activity, open_turn"
-_UNNEST_TEXTS: Final = (
-    "unnest({0}::bigint[], {1}::text[], {2}::bigint[], {3}::text[]) AS t (seq, type, time, text)"
-)
 _GRACEFUL_CLOSE_S: Final = 10.0
 _SYNCHRONOUS_COMMIT: Final = "SELECT current_setting('synchronous_commit')"
-_TRY_LOCK: Final = "SELECT pg_try_advisory_lock($1::bigint)"
-_UNLOCK: Final = "SELECT pg_advisory_unlock($1::bigint)"
-# Who holds a bigint advisory lock: its key is split into classid (high half) and objid
-# (low half), objsubid 1. pg_stat_activity shows another role's application_name only to
-# members of pg_read_all_stats; the holder is then unknown.
-_HOLDER: Final = (
-    "SELECT a.application_name, a.backend_start FROM pg_locks l "
-    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 LIMIT 1"
-)
-#: application_name holds at most 63 bytes.
-_NAME_BYTES: Final = 63
-
-
-class _Statements:
-    """The SQL text of one store, with its schema name spelled in (names cannot be bound)."""
-
-    def __init__(self, schema: str) -> None:
-        s = quote(schema)
-        into_events = f"INSERT INTO {s}.events (session_id, {_EVENT_COLUMNS}) "
-        into_texts = f"INSERT INTO {s}.search_text (session_id, seq, type, time, text) "
-        self.select_session = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM {s}.sessions WHERE id = $1"
-        )
-        self.select_headers = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM {s}.sessions "
-            "ORDER BY created_at, id"
-        )
-        self.select_events = (
-            f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE session_id = $1 ORDER BY seq"
-        )
-        # Start at the row that covers from_seq: a packed row can begin before it.
-        self.select_events_from = (
-            f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE session_id = $1 AND seq >= "
-            f"coalesce((SELECT max(seq) FROM {s}.events WHERE session_id = $1 AND seq <= $2), 0) "
-            "ORDER BY seq"
-        )
-        # Materialize: the header row, its summary, the first batch and its texts in one
-        # statement. A concurrent creator makes ON CONFLICT insert nothing, so no event or
-        # text row is inserted either.
-        self.materialize = (
-            f"WITH created AS (INSERT INTO {s}.sessions ({_HEADER_COLUMNS}, incarnation, "
-            f"revision, next_seq, {_SUMMARY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
-            "$9, $10, 0, $11, $19, $20, $21, $22) ON CONFLICT (id) DO NOTHING RETURNING id), "
-            f"indexed AS ({into_texts}SELECT created.id, t.* FROM created, "
-            + _UNNEST_TEXTS.format("$23", "$24", "$25", "$26")
-            + f") {into_events}SELECT created.id, r.* FROM created, "
-            + _UNNEST.format("$12", "$13", "$14", "$15", "$16", "$17", "$18")
-        )
-        # Append: the stale-writer check, the revision bump, the summary, the rows and
-        # their texts in one statement (docs/durability.md). Under READ COMMITTED a writer
-        # that waited for the row lock re-evaluates next_seq = $3 on the winner's row
-        # version and updates nothing, so it inserts nothing either.
-        self.advance = (
-            f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, "
-            "events = $11, first_activity = $12, last_activity = $13, open_turn = $14 "
-            "WHERE id = $1 AND next_seq = $3 RETURNING id), "
-            f"indexed AS ({into_texts}SELECT advanced.id, t.* FROM advanced, "
-            + _UNNEST_TEXTS.format("$15", "$16", "$17", "$18")
-            + f") {into_events}SELECT advanced.id, r.* FROM advanced, "
-            + _UNNEST.format("$4", "$5", "$6", "$7", "$8", "$9", "$10")
-        )
-        self.set_summary = (
-            f"UPDATE {s}.sessions SET events = $2, first_activity = $3, last_activity = $4, "
-            "open_turn = $5 WHERE id = $1"
-        )
-        self.insert_texts = f"{into_texts}SELECT $1, t.* FROM " + _UNNEST_TEXTS.format(
-            "$2", "$3", "$4", "$5"
-        )
-        self.delete_texts_from = f"DELETE FROM {s}.search_text WHERE session_id = $1 AND seq >= $2"
-        self.delete_texts = f"DELETE FROM {s}.search_text WHERE session_id = $1"
-        self.select_summaries = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision, {_SUMMARY_COLUMNS} "
-            f"FROM {s}.sessions ORDER BY created_at, id"
-        )
-        self.listing = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision, {_SUMMARY_COLUMNS} FROM {s}.sessions"
-        )
-        self.unsummarized = f"SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE events IS NULL)"
-        self.search = (
-            f"SELECT session_id, seq, type, time, text FROM {s}.search_text WHERE "
-            f"to_tsvector('simple'::regconfig, left(text, {INDEXED_CHARS:d})) "
-            "@@ plainto_tsquery('simple'::regconfig, $1)"
-        )
-        # What deleting a session frees: its rows' stored (possibly compressed) sizes.
-        self.stored_bytes = (
-            f"SELECT pg_column_size(x.*) + coalesce((SELECT sum(pg_column_size(e.*)) FROM "
-            f"{s}.events e WHERE e.session_id = $1), 0) + coalesce((SELECT "
-            f"sum(pg_column_size(t.*)) FROM {s}.search_text t WHERE t.session_id = $1), 0) "
-            f"FROM {s}.sessions x WHERE x.id = $1"
-        )
-        self.append_audit = f"INSERT INTO {s}.audit (record) VALUES ($1)"
-        self.read_audit = f"SELECT record FROM {s}.audit ORDER BY id"
-        self.revision = f"SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"
-        self.lock_session = f"{self.revision} FOR UPDATE"
-        self.lock_summary = (
-            f"SELECT incarnation, revision, created_at FROM {s}.sessions WHERE id = $1 FOR UPDATE"
-        )
-        self.delete_tail = f"DELETE FROM {s}.events WHERE session_id = $1 AND seq >= $2"
-        self.count_tail = f"SELECT count(*) FROM {s}.events WHERE session_id = $1 AND seq >= $2"
-        self.select_tail = (
-            f"SELECT seq, ignorable, data FROM {s}.events WHERE session_id = $1 "
-            "ORDER BY seq DESC LIMIT 1"
-        )
-        self.set_end = (
-            f"UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1 WHERE id = $1"
-        )
-        self.delete = f"DELETE FROM {s}.sessions WHERE id = $1 RETURNING 1"
 
 
 def _count(status: str) -> int:
     """Return the row count of a command status such as ``INSERT 0 12``."""
     return int(status.rsplit(" ", 1)[-1])
-
-
-def _redact(dsn: str) -> str:
-    """Return *dsn* without its password and query, for messages."""
-    try:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc.rpartition("@")
-        user = netloc[0].partition(":")[0]
-        host = f"{user}@{netloc[2]}" if netloc[1] else netloc[2]
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
-    except ValueError:
-        return "postgresql://?"
-
-
-def _lock_key(schema: str, session_id: str) -> int:
-    """Return the 64-bit advisory-lock key of one session of one schema."""
-    text = f"{schema}\0{session_id}".encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
-
-
-def _holder_name() -> str:
-    """The lock connection's ``application_name``: who holds its sessions."""
-    name = f"sessionledger pid {os.getpid()} on {socket.gethostname()}"
-    return name.encode("utf-8")[:_NAME_BYTES].decode("utf-8", "ignore")
-
-
-def _key_halves(key: int) -> tuple[int, int]:
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
-    return unsigned >> 32, unsigned & 0xFFFF_FFFF
-
-
-def _check_options(
-    pool_min_size: int, pool_max_size: int, connect_timeout: float, command_timeout: float | None
-) -> None:
-    for name, size, low in (
-        ("pool_min_size", pool_min_size, 0),
-        ("pool_max_size", pool_max_size, 1),
-    ):
-        if type(size) is not int or size < low:
-            raise ConfigError(f"{name} must be an integer >= {low}, got {size!r}")
-    if pool_min_size > pool_max_size:
-        raise ConfigError(f"pool_min_size {pool_min_size} exceeds pool_max_size {pool_max_size}")
-    timeouts = [("connect_timeout", connect_timeout)]
-    if command_timeout is not None:
-        timeouts.append(("command_timeout", command_timeout))
-    for name, value in timeouts:
-        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 @final
@@ -281,7 +100,7 @@ class PostgresLogStore(LogStore):
     ) -> None:
         if type(dsn) is not str or urlsplit(dsn).scheme not in ("postgresql", "postgres"):
             raise ConfigError(f"expected a postgresql:// URL, got {dsn!r}")
-        _check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
+        options.check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
         if exclusive is not True:
             raise ConfigError(
                 f"exclusive={exclusive!r}: every session has one writer, always (see "
@@ -293,11 +112,11 @@ class PostgresLogStore(LogStore):
         self._dsn = dsn
         self._upgrade = upgrade
         self._schema = check_schema_name(schema)
-        self._sql = _Statements(self._schema)
+        self._sql = Statements(self._schema)
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._connect_timeout = float(connect_timeout)
         self._command_timeout = None if command_timeout is None else float(command_timeout)
-        self._location = f"{_redact(dsn)} (schema {self._schema})"
+        self._location = f"{options.redact(dsn)} (schema {self._schema})"
         self._pool: asyncpg.Pool | None = None
         self._gate = asyncio.Lock()
         self._shut = False
@@ -312,7 +131,7 @@ class PostgresLogStore(LogStore):
         return self._schema
 
     def __repr__(self) -> str:
-        return f"PostgresLogStore({_redact(self._dsn)!r}, schema={self._schema!r})"
+        return f"PostgresLogStore({options.redact(self._dsn)!r}, schema={self._schema!r})"
 
     # -- pool, connections and errors ------------------------------------------------------
 
@@ -433,22 +252,24 @@ class PostgresLogStore(LogStore):
                         session_id=session_id,
                     )
                 return
-            key = _lock_key(self._schema, session_id)
+            key = claims.lock_key(self._schema, session_id)
             try:
                 if conn is None or conn.is_closed():
                     self._held.clear()  # locks die with their connection
                     conn = self._lock_conn = await asyncpg.connect(
                         self._dsn,
                         timeout=self._connect_timeout,
-                        server_settings={"application_name": _holder_name()},
+                        server_settings={"application_name": claims.holder_name()},
                     )
-                taken = await conn.fetchval(_TRY_LOCK, key)
-                holder = None if taken else await conn.fetchrow(_HOLDER, *_key_halves(key))
+                taken = await conn.fetchval(claims.TRY_LOCK, key)
+                holder = (
+                    None if taken else await conn.fetchrow(claims.HOLDER, *claims.key_halves(key))
+                )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 raise self._translate(error, session_id) from error
             if not taken:
                 raise SessionLockedError(
-                    f"another writer holds the session ({_describe(holder)}); it is released "
+                    f"another writer holds the session ({claims.describe(holder)}); it is released "
                     "when that writer releases or closes it, or its process ends",
                     session_id=session_id,
                 )
@@ -462,7 +283,7 @@ class PostgresLogStore(LogStore):
             self._held.discard(session_id)
             if conn is not None and not conn.is_closed():
                 with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await conn.fetchval(_UNLOCK, _lock_key(self._schema, session_id))
+                    await conn.fetchval(claims.UNLOCK, claims.lock_key(self._schema, session_id))
 
     # -- storage primitives ----------------------------------------------------------------
 
@@ -597,7 +418,7 @@ class PostgresLogStore(LogStore):
     async def list_summaries(self) -> list[StoredSummary]:
         async with self.connection() as conn:
             found = await conn.fetch(self._sql.select_summaries)
-        return [_stored_summary(row) for row in found]
+        return [queries.stored_summary(row) for row in found]
 
     async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
         if rows.text_flaw(session_id) is not None:
@@ -611,47 +432,13 @@ class PostgresLogStore(LogStore):
             )
 
     async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
-        """Answer *query* in SQL: the order, the cursor, the time bounds and the title
-        filter (ASCII letters folded by ``translate``, not the locale's ``lower``) select
-        and order the rows; a ``meta`` filter narrows them to rows whose stored JSON text
-        holds ``"key":value`` as ``jsoncodec`` writes it. Each row is then checked with
-        the core's own ``matches_query`` (which settles ``meta`` types exactly: JSON text
-        holding U+0000 or not parsing cannot be cast in SQL) and rows whose header this
-        build cannot read are skipped, as the policy skips them, before the page is
-        counted. Falls back to the policy (None) while a summary is untrusted, or for a
-        filter no SQL parameter can carry."""
-        clauses: list[str] = []
-        args: list[Any] = []
-
-        def arg(value: Any) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        key = "last_activity" if query.order == "last_activity" else "created_at"
-        if query.title is not None:
-            if rows.text_flaw(query.title) is not None:
-                return None
-            clauses.append(
-                f"strpos({_ASCII_FOLD.format('title')}, {_ASCII_FOLD.format(arg(query.title))}) > 0"
-            )
-        for name, value in query.meta:
-            try:
-                needle = f"{rows.json_text(name)}:{rows.json_text(value)}"
-            except LedgerError:
-                return None
-            clauses.append(f"strpos(meta, {arg(needle)}) > 0")
-        if query.since is not None:
-            clauses.append(f"last_activity >= {arg(query.since)}")
-        if query.until is not None:
-            clauses.append(f"last_activity < {arg(query.until)}")
-        if query.after is not None:
-            after_key, after_id = query.after
-            if rows.text_flaw(after_id) is not None:
-                return None
-            at = arg(after_key)
-            clauses.append(f"({key} < {at} OR ({key} = {at} AND id > {arg(after_id)}))")
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"{self._sql.listing}{where} ORDER BY {key} DESC, id"
+        """Answer *query* in SQL, each row checked with the core's rule (``queries``);
+        None (the policy answers) while a summary is untrusted or for a filter no SQL
+        parameter can carry."""
+        built = queries.listing(self._sql.listing, query)
+        if built is None:
+            return None
+        sql, args = built
         wanted = None if query.limit is None else query.limit + 1
         chosen: list[StoredSummary] = []
         async with (
@@ -662,8 +449,8 @@ class PostgresLogStore(LogStore):
                 return None  # the policy rebuilds and saves them, then the index answers
             prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
             async for row in conn.cursor(sql, *args, prefetch=prefetch):
-                stored = _stored_summary(row)
-                if not _listable(stored, query):
+                stored = queries.stored_summary(row)
+                if not queries.listable(stored, query):
                     continue
                 chosen.append(stored)
                 if wanted is not None and len(chosen) >= wanted:
@@ -671,21 +458,10 @@ class PostgresLogStore(LogStore):
         return chosen
 
     async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
-        """Answer *query* from the GIN index: a row matches when PostgreSQL's ``simple``
-        parser finds every query word in its text (the core's rule for plain words;
-        docs/formats.md, "PostgreSQL")."""
-        sql = self._sql.search
-        args: list[Any] = [" ".join(query.words)]
-        if query.session is not None:
-            if rows.text_flaw(query.session) is not None:
-                return []  # no stored session has such an id
-            args.append(query.session)
-            sql += f" AND session_id = ${len(args)}"
-        if query.types is not None:
-            args.append(sorted(query.types))
-            sql += f" AND type = ANY(${len(args)}::text[])"
-        args.append(query.limit)
-        sql += f" ORDER BY time DESC, session_id, seq DESC LIMIT ${len(args)}"
+        """Answer *query* from the GIN index (``queries.search``)."""
+        if query.session is not None and rows.text_flaw(query.session) is not None:
+            return []  # no stored session has such an id
+        sql, args = queries.search(self._sql.search, query)
         async with self.connection(query.session) as conn:
             found = await conn.fetch(sql, *args)
         return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
@@ -756,40 +532,6 @@ class PostgresLogStore(LogStore):
                 await asyncio.wait_for(pool.close(), _GRACEFUL_CLOSE_S)
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pool.terminate()
-
-
-def _describe(holder: asyncpg.Record | None) -> str:
-    """Name a lock holder from its connection's application name and start time."""
-    if holder is None or not holder[0]:
-        return "holder unknown"
-    since = (
-        "" if holder[1] is None else f", connected since {holder[1].isoformat(timespec='seconds')}"
-    )
-    return f"{str(holder[0])[:_NAME_BYTES]}{since}"
-
-
-_ASCII_FOLD: Final = "translate({}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
-
-
-def _stored_summary(row: asyncpg.Record) -> StoredSummary:
-    """A listing row from a ``sessions`` row (header, incarnation, revision, summary)."""
-    return StoredSummary(
-        rows.header_json(row),
-        rows.revision_string(row[9], row[10]),
-        rows.summary_from_columns(row[11], row[12], row[13], row[14]),
-    )
-
-
-def _listable(stored: StoredSummary, query: SessionQuery) -> bool:
-    """Whether the policy lists *stored* for *query*: a header this build reads (else it
-    is skipped, as ``list_sessions`` skips it), passing the core's filters."""
-    try:
-        check_version(stored.header, None)
-        header = stored_header(stored.header, None, None)
-    except (FormatUnsupportedError, HeaderError, CorruptLogError):
-        return False
-    info = SessionInfo(header, stored.revision, stored.summary or SessionSummary())
-    return matches_query(info, query)
 
 
 class _Refused(Exception):
