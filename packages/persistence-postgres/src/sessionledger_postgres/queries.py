@@ -64,7 +64,8 @@ def listing(select: str, query: SessionQuery) -> tuple[str, list[Any]] | None:
         if rows.text_flaw(after_id) is not None:
             return None
         at = arg(after_key)
-        clauses.append(f"({key} < {at} OR ({key} = {at} AND id > {arg(after_id)}))")
+        # The first bound is one the index can seek to; the second settles ties by id.
+        clauses.append(f"{key} <= {at} AND ({key} < {at} OR id > {arg(after_id)})")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     return f"{select}{where} ORDER BY {key} DESC, id", args
 
