@@ -18,7 +18,7 @@ import pytest
 
 from sessionledger import FormatUnsupportedError, Session, SessionHeader
 from sessionledger.listing import SessionInfo, SessionQuery, select, sort_key
-from sessionledger.logstore import Repair
+from sessionledger.logstore import Batch, Repair
 from sessionledger.memory import MemoryPersistence
 from sessionledger.persistence import SessionPersistence
 from sessionledger.searching import IndexedText, indexed_texts
@@ -283,7 +283,39 @@ async def test_summaries_are_written_with_each_batch_and_after_crash_repair(
     }
 
 
+async def test_u0000_in_meta_and_title_filters_is_answered_exactly(make_store: Make) -> None:
+    pg = make_store()
+    await both([pg], SessionHeader(id="s1", created_at=1, meta={"a\u0000": 1}), [note(0, 1)])
+    by_meta = SessionQuery(meta=(("a\u0000", 1),))
+    rows = await pg.log_store.query_sessions(by_meta)  # JSON escapes it: SQL can carry it
+    assert rows is not None
+    assert [row.header["id"] for row in rows] == ["s1"]
+    by_title = SessionQuery(title="\u0000")  # no parameter can carry it: the policy answers
+    assert await pg.log_store.query_sessions(by_title) is None
+    assert (await pg.list_sessions(by_title)).sessions == ()
+
+
 # -- search ----------------------------------------------------------------------------------
+
+
+async def test_a_stale_batch_indexes_nothing(make_store: Make, pg_url: str, pg_schema: str) -> None:
+    pg = make_store()
+    header = SessionHeader(id="s1", created_at=1)
+    await both([pg], header, [user(0, 1, "first")])
+    stale = Batch(
+        header,
+        [user(0, 2, "stale")],
+        first_seq=0,
+        end_seq=1,
+        summary=summarize([]),
+        texts=[IndexedText(0, "user/message", 2, "stale")],
+    )
+    assert await pg.log_store.write_batch(stale) is False
+    assert await pg.search("stale") == []
+    [row] = await pg.log_store.list_summaries()
+    assert row.summary is not None
+    assert row.summary.events == 1
+
 
 WORDS = ["alpha", "beta", "Gamma", "delta", "42", "x1", "café", "naïve"]
 
