@@ -208,16 +208,25 @@ class ListingClauses(ContractBase):
         await _store(backend, "crashed", _log(1_700_000_000_000, 1, open_call=True))
         await _store(backend, "gone", _log(1_700_000_100_000, 1))
         await _store(backend, "torn", _log(1_700_000_200_000, 2), batches=2)
+        await _store(backend, "broken", _log(1_700_000_300_000, 3, prompt="salvaged"))
         await backend.close()
+        expect = {"crashed", "torn", "broken"}
         if ledger_backend_tamper is not None and backend.log_store.can_tear:
             await ledger_backend_tamper.tear_tail(backend_factory(), "torn")
         fresh = backend_factory()
+        if ledger_backend_tamper is not None:
+            await ledger_backend_tamper.break_record(backend_factory(), "broken", 30)
+            await fresh.salvage("broken")  # cuts inside what the summary described
+        kept = await fresh.read_from("broken", 0)
+        assert [hit.seq for hit in await fresh.search("salvaged", session="broken")] == sorted(
+            (item.seq for item in indexed_texts(kept) if "salvaged" in item.text), reverse=True
+        )
         await fresh.load("crashed")  # closes the interrupted turn
         await fresh.load("torn")  # cuts the torn tail (when there is one)
         await fresh.delete("gone")
         rows = {info.id: info for info in (await fresh.list_sessions()).sessions}
-        assert set(rows) == {"crashed", "torn"}
-        for session_id in ("crashed", "torn"):
+        assert set(rows) == expect
+        for session_id in expect:
             events = await fresh.read_from(session_id, 0)
             assert rows[session_id].summary == summarize(events), session_id
         assert rows["crashed"].open_turn is None
