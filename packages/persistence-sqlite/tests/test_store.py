@@ -242,8 +242,7 @@ def test_expected_schema_objects_match_what_sqlite_records() -> None:
     ).fetchall()
     # FTS5 writes its shadow tables' text itself; the identity check ignores it.
     assert [
-        (t, n, tb, None if n in SHADOW_TABLES else " ".join(sql.split()))
-        for t, n, tb, sql in found
+        (t, n, tb, None if n in SHADOW_TABLES else " ".join(sql.split())) for t, n, tb, sql in found
     ] == [tuple(item) for item in EXPECTED_OBJECTS]
     assert APPLICATION_ID == 0x534C4447
     assert SCHEMA_VERSION == 2
