@@ -181,7 +181,8 @@ def specs_strategy(draw: st.DrawFn) -> list[Spec]:
 @st.composite
 def queries(draw: st.DrawFn) -> SessionQuery:
     meta = draw(st.dictionaries(st.sampled_from(META_KEYS), meta_values, max_size=2))
-    bound = st.none() | st.sampled_from([0, 5, 10, 15, 20, 30, 31])
+    # 2**70: beyond SQLite's integers (a bound that keeps every row or none).
+    bound = st.none() | st.sampled_from([0, 5, 10, 15, 20, 30, 31, 2**70, -(2**70)])
     return SessionQuery(
         order=draw(st.sampled_from(["last_activity", "created"])),
         limit=draw(st.none() | st.integers(1, 4)),
@@ -191,7 +192,10 @@ def queries(draw: st.DrawFn) -> SessionQuery:
         until=draw(bound),
         after=draw(
             st.none()
-            | st.tuples(st.sampled_from([0, 5, 10, 15, 20, 30]), st.sampled_from("abcdefghij"))
+            | st.tuples(
+                st.sampled_from([0, 5, 10, 15, 20, 30, 2**70, -(2**70)]),
+                st.sampled_from("abcdefghij"),
+            )
         ),
     )
 
@@ -784,5 +788,26 @@ async def test_meta_filters_tell_json_types_apart(tmp_path: Path) -> None:
                 page = await store.list_sessions(query)
                 assert [info.id for info in page.sessions] == [f"s{index}"], (key, value)
         assert (await store.list_sessions(SessionQuery(meta=(("a", 1),)))).sessions == ()
+    finally:
+        await store.close()
+
+
+async def test_a_damaged_meta_column_does_not_fail_a_filtered_listing(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    specs = [
+        Spec(SessionHeader(id=name, created_at=0, meta={"k": 1}), (event("turn/start", 0, 1),))
+        for name in ("good", "bad")
+    ]
+    store = sqlite_at(path)
+    try:
+        await fill(store, specs)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE sessions SET meta = '{not json' WHERE id = 'bad'")
+    store = sqlite_at(path)
+    try:
+        for query in (SessionQuery(meta=(("k", 1),)), SessionQuery()):
+            assert [info.id for info in (await store.list_sessions(query)).sessions] == ["good"]
     finally:
         await store.close()

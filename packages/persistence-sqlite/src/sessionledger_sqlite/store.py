@@ -641,6 +641,21 @@ def _json_type(value: object) -> str:
 
 
 _INT64: Final = range(-(1 << 63), 1 << 63)
+# A ``meta`` that is not JSON (a damaged row) matches no filter instead of failing the
+# query; the policy skips such a header anyway.
+_META_ITEMS: Final = (
+    "json_each(CASE WHEN json_valid(meta) THEN meta END) WHERE key = ? AND type = ?"
+)
+
+
+def _bounded(
+    where: list[str], parameters: list[Any], condition: str, value: int, *, keeps_all: bool
+) -> None:
+    if value in _INT64:
+        where.append(condition)
+        parameters.append(value)
+    elif not keeps_all:
+        where.append("0")
 
 
 def _session_query(query: SessionQuery) -> tuple[str, list[Any]]:
@@ -660,23 +675,25 @@ def _session_query(query: SessionQuery) -> tuple[str, list[Any]]:
             if kind == "integer" and value not in _INT64:
                 where.append("0")  # SQLite keeps no such integer
                 continue
-            where.append(
-                "EXISTS (SELECT 1 FROM json_each(meta) WHERE key = ? AND type = ? AND atom = ?)"
-            )
+            where.append(f"EXISTS (SELECT 1 FROM {_META_ITEMS} AND atom = ?)")
             parameters.extend((name, kind, value))
         else:
-            where.append("EXISTS (SELECT 1 FROM json_each(meta) WHERE key = ? AND type = ?)")
+            where.append(f"EXISTS (SELECT 1 FROM {_META_ITEMS})")
             parameters.extend((name, kind))
+    # Times beyond SQLite's 64-bit integers cannot be bound, and every stored time is
+    # within them: such a bound keeps every row or none.
     if query.since is not None:
-        where.append("last_activity >= ?")
-        parameters.append(query.since)
+        _bounded(where, parameters, "last_activity >= ?", query.since, keeps_all=query.since < 0)
     if query.until is not None:
-        where.append("last_activity < ?")
-        parameters.append(query.until)
+        _bounded(where, parameters, "last_activity < ?", query.until, keeps_all=query.until > 0)
     if query.after is not None:
         # The first condition is the index range; the second skips the ties already shown.
-        where.append(f"{key} <= ? AND ({key} < ? OR id > ?)")
-        parameters.extend((query.after[0], query.after[0], query.after[1]))
+        last, last_id = query.after
+        if last in _INT64:
+            where.append(f"{key} <= ? AND ({key} < ? OR id > ?)")
+            parameters.extend((last, last, last_id))
+        elif last < 0:
+            where.append("0")
     sql = f"SELECT {_SUMMARY_ROW} FROM sessions"
     if where:
         sql += " WHERE " + " AND ".join(where)
