@@ -19,6 +19,7 @@ from sessionledger.summaries import SessionSummary
 __all__ = [
     "SUMMARY_COLUMNS",
     "delete_texts",
+    "index_texts",
     "insert_texts",
     "summary_from_columns",
     "summary_values",
@@ -98,7 +99,13 @@ async def insert_texts(
             for value in (session_id, item.seq, item.type, item.time, item.text)
         ]
         await db.execute_fetchall(_insert(len(part)), values)
-    await db.execute_fetchall(_INDEX_TEXTS, (session_id, texts[0].seq))
+    await index_texts(db, session_id, texts[0].seq)
+
+
+async def index_texts(db: aiosqlite.Connection, session_id: str, from_seq: int) -> None:
+    """Add the session's stored texts of events at *from_seq* and after to the FTS5
+    index (which is not yet told of them)."""
+    await db.execute_fetchall(_INDEX_TEXTS, (session_id, from_seq))
 
 
 async def delete_texts(db: aiosqlite.Connection, session_id: str, from_seq: int = 0) -> None:

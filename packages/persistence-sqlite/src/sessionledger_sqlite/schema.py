@@ -156,6 +156,30 @@ BEGIN SELECT RAISE(ABORT, 'sessionledger: the audit log is append-only'); END"""
 _AUDIT_NO_DELETE: Final = """CREATE TRIGGER audit_keeps_its_records BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'sessionledger: the audit log is append-only'); END"""
 
+# An append is one INSERT into this view, committed on its own (one round trip, as in v1):
+# its trigger inserts each event row (the events triggers check and advance the log), the
+# row's search text when it has one, and, on the batch's last row (``closes``), the
+# session's summary. Only the FTS5 index cannot be written here (no virtual table in a
+# trigger under ``trusted_schema=OFF``): a batch with texts adds it in a transaction.
+_BATCH_ROWS: Final = """CREATE VIEW batch_rows (
+  session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable, members,
+  text, summary_events, first_activity, last_activity, open_turn, closes
+) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+  NULL, NULL WHERE 0"""
+_APPEND: Final = """CREATE TRIGGER batch_rows_append INSTEAD OF INSERT ON batch_rows
+BEGIN
+INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op,
+  ignorable, members)
+VALUES (NEW.session_id, NEW.seq, NEW.type, NEW.time, NEW.data, NEW.source_event_seqs,
+  NEW.surface_op, NEW.ignorable, NEW.members);
+INSERT INTO search_texts (session_id, seq, type, time, text)
+SELECT NEW.session_id, NEW.seq, NEW.type, NEW.time, NEW.text WHERE NEW.text IS NOT NULL;
+UPDATE sessions SET events = NEW.summary_events, first_activity = NEW.first_activity,
+  last_activity = CASE WHEN NEW.last_activity IS NULL THEN created_at
+  ELSE NEW.last_activity END, open_turn = NEW.open_turn
+WHERE id = NEW.session_id AND NEW.closes = 1;
+END"""
+
 #: What turns schema v1 into v2, in order.
 UPGRADE_DDL: Final = (
     *(f"ALTER TABLE sessions ADD COLUMN {column}" for column in _SUMMARY_COLUMNS),
@@ -168,6 +192,8 @@ UPGRADE_DDL: Final = (
     _AUDIT,
     _AUDIT_NO_UPDATE,
     _AUDIT_NO_DELETE,
+    _BATCH_ROWS,
+    _APPEND,
 )
 
 #: The statements that create the schema, in order.
@@ -231,6 +257,8 @@ EXPECTED_OBJECTS: Final = _sorted(
         SchemaObject("table", "audit", "audit", _normalize(_AUDIT)),
         SchemaObject("trigger", "audit_is_append_only", "audit", _normalize(_AUDIT_NO_UPDATE)),
         SchemaObject("trigger", "audit_keeps_its_records", "audit", _normalize(_AUDIT_NO_DELETE)),
+        SchemaObject("view", "batch_rows", "batch_rows", _normalize(_BATCH_ROWS)),
+        SchemaObject("trigger", "batch_rows_append", "batch_rows", _normalize(_APPEND)),
     )
 )
 

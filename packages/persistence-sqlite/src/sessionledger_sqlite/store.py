@@ -85,6 +85,17 @@ def _insert_events(count: int) -> str:
     return f"INSERT INTO events (session_id, {_EVENT_COLUMNS}, members) VALUES {placeholders}"
 
 
+@functools.lru_cache(maxsize=64)
+def _append_rows(count: int) -> str:
+    """The INSERT of *count* rows into the ``batch_rows`` view (schema v2): events, their
+    search texts and, on the last row, the session's summary, in one statement."""
+    placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        f"INSERT INTO batch_rows (session_id, {_EVENT_COLUMNS}, members, text, "
+        f"summary_events, first_activity, last_activity, open_turn, closes) VALUES {placeholders}"
+    )
+
+
 _SELECT_TAIL: Final = (
     "SELECT seq, ignorable, data FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 )
@@ -371,10 +382,25 @@ class SqliteLogStore(LogStore):
                 created = await self._create(batch, event_rows)
                 if not created:
                     return False
+            elif (appended := _appended_rows(event_rows, batch)) is not None:
+                # The common append: one statement into the ``batch_rows`` view, whose
+                # triggers check that the rows continue the stored log (a stale writer
+                # is refused), advance its end and revision, and store the texts and the
+                # summary: committed on its own, one round trip. Texts also need their
+                # FTS5 entries, in the same transaction.
+                values = _flat(appended)
+                if not batch.texts:
+                    async with self._connection(session_id) as db:
+                        failpoint("sqlite.write.before-statement")
+                        await db.execute_fetchall(_append_rows(len(appended)), values)
+                else:
+                    async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                        failpoint("sqlite.write.before-statement")
+                        await db.execute_fetchall(_append_rows(len(appended)), values)
+                        await indexes.index_texts(db, session_id, batch.texts[0].seq)
+                        failpoint("sqlite.write.before-commit")
             else:
-                # The schema's triggers check that the rows continue the stored log (a
-                # stale writer is refused) and advance its end and revision; the summary
-                # and the texts go in the same transaction.
+                # A batch of many rows: statement by statement, in one transaction.
                 async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
                     failpoint("sqlite.write.before-statement")
                     await _insert_all(db, event_rows)
@@ -581,6 +607,27 @@ class SqliteLogStore(LogStore):
                     await db.close()
                 except sqlite3.Error as error:
                     raise self._translate(error, None) from error
+
+
+def _appended_rows(event_rows: list[tuple[Any, ...]], batch: Batch) -> list[tuple[Any, ...]] | None:
+    """The ``batch_rows`` rows of a batch: each event row with its search text and, on the
+    last, the summary; None when the batch is too large for one statement or has a text
+    that is not one of its rows' (then it is written statement by statement)."""
+    if not event_rows or len(event_rows) > _ROWS_PER_STATEMENT:
+        return None
+    texts = {item.seq: item for item in batch.texts}
+    if len(texts) != len(batch.texts):
+        return None
+    appended: list[tuple[Any, ...]] = []
+    for row in event_rows:
+        item = texts.pop(row[1], None)
+        if item is not None and (item.type, item.time) != (row[2], row[3]):
+            return None
+        appended.append((*row, None if item is None else item.text, None, None, None, None, 0))
+    if texts:
+        return None
+    appended[-1] = (*appended[-1][:10], *indexes.summary_values(batch.summary), 1)
+    return appended
 
 
 def _event_rows(session_id: str, batch: Batch) -> list[tuple[Any, ...]]:
