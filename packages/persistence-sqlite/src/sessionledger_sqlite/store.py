@@ -402,7 +402,7 @@ class SqliteLogStore(LogStore):
             else:
                 # A batch of many rows: statement by statement, in one transaction.
                 async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
-                    failpoint("sqlite.write.before-statement")
+                    failpoint("sqlite.write.after-begin")
                     await _insert_all(db, event_rows)
                     await indexes.write_summary(db, session_id, batch.summary)
                     await indexes.insert_texts(db, session_id, batch.texts)
