@@ -578,7 +578,9 @@ class FaultyConnection:
         if sql.startswith("BEGIN"):
             self._writing = sql == "BEGIN IMMEDIATE"
         commits = (sql == "COMMIT" and self._writing) or (
-            sql.startswith("INSERT INTO events") and not self._connection.in_transaction
+            # schema v1 appended into events, v2 into the batch_rows view
+            sql.startswith(("INSERT INTO events", "INSERT INTO batch_rows"))
+            and not self._connection.in_transaction
         )
         if commits and self.active:
             self.commits += 1

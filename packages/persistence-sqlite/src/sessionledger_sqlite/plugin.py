@@ -3,7 +3,8 @@
 Forms: ``sqlite:PATH`` (relative paths resolve against the working directory when the
 URL is opened, ``~`` expands to the home directory) and ``sqlite::memory:`` for a
 private in-memory database. Options go in a query string after the first ``?``:
-``synchronous=FULL|NORMAL`` and ``busy_timeout=SECONDS``, as in
+``synchronous=FULL|NORMAL``, ``busy_timeout=SECONDS`` and ``upgrade=1`` (upgrade a
+database of an older schema in place when it is opened), as in
 ``sqlite:ledger.db?synchronous=NORMAL&busy_timeout=2``. A path that itself contains
 ``?`` cannot be written as a URL; construct ``SqlitePersistence`` directly for it.
 """
@@ -25,14 +26,14 @@ __all__ = ["SCHEME", "ledger_backends", "open_sqlite_store", "parse_sqlite_url"]
 #: The URL scheme this package serves.
 SCHEME = "sqlite"
 
-_OPTIONS = ("synchronous", "busy_timeout")
+_OPTIONS = ("synchronous", "busy_timeout", "upgrade")
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
     """Split ``sqlite:PATH[?OPTIONS]`` into the path and ``SqlitePersistence`` keywords.
 
     Raises ``ConfigError`` for another scheme, an empty path, an unknown or repeated
-    option, or a ``busy_timeout`` that is not a number.
+    option, a ``busy_timeout`` that is not a number or an ``upgrade`` that is not 0 or 1.
     """
     scheme, colon, rest = url.partition(":")
     if scheme != SCHEME or not colon:
@@ -60,6 +61,10 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
                     raise ConfigError(
                         f"busy_timeout must be a number of seconds, got {value!r}"
                     ) from error
+            elif name == "upgrade":
+                if value not in ("0", "1"):
+                    raise ConfigError(f"upgrade must be 0 or 1, got {value!r}")
+                options[name] = value == "1"
             else:
                 options[name] = value
     return path, options

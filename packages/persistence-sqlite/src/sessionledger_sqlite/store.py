@@ -36,11 +36,15 @@ from sessionledger.errors import (
 )
 from sessionledger.events import SessionHeader
 from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
-from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
+from sessionledger.listing import SessionQuery, StoredSummary
+from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt, SearchRow
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
-from sessionledger_sqlite import schema
+from sessionledger.searching import IndexedText, TextQuery
+from sessionledger.summaries import SessionSummary
+from sessionledger_sqlite import indexes, schema, upgrade
 from sessionledger_sqlite.failures import translate
+from sessionledger_sqlite.reading import EVENT_COLUMNS, SESSION_COLUMNS, raw_log, row_end
 
 __all__ = ["MEMORY", "SqliteLogStore", "SqlitePersistence"]
 
@@ -50,13 +54,15 @@ MEMORY: Final = ":memory:"
 _HEADER_COLUMNS: Final = (
     "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
 )
-_SELECT_SESSION: Final = (
-    f"SELECT {_HEADER_COLUMNS}, incarnation, revision, next_seq FROM sessions WHERE id = ?"
-)
+_SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
 _SELECT_HEADERS: Final = (
     f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM sessions ORDER BY created_at, id"
 )
-_EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, ignorable"
+_SUMMARY_ROW: Final = f"{_HEADER_COLUMNS}, incarnation, revision, {indexes.SUMMARY_COLUMNS}"
+_SELECT_SUMMARIES: Final = f"SELECT {_SUMMARY_ROW} FROM sessions ORDER BY created_at, id"
+# The partial index ``sessions_unsummarized`` answers this without reading the table.
+_ANY_UNSUMMARIZED: Final = "SELECT 1 FROM sessions WHERE events IS NULL LIMIT 1"
+_EVENT_COLUMNS: Final = EVENT_COLUMNS
 _SELECT_EVENTS: Final = f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq"
 # Start at the row that covers from_seq: a packed row can begin before it.
 _SELECT_EVENTS_FROM: Final = (
@@ -64,8 +70,9 @@ _SELECT_EVENTS_FROM: Final = (
     "(SELECT max(seq) FROM events WHERE session_id = ?1 AND seq <= ?2), 0) ORDER BY seq"
 )
 _INSERT_SESSION: Final = (
-    f"INSERT INTO sessions ({_HEADER_COLUMNS}, incarnation, revision, next_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING RETURNING 1"
+    f"INSERT INTO sessions ({_HEADER_COLUMNS}, incarnation, revision, next_seq, "
+    f"{indexes.SUMMARY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING RETURNING 1"
 )
 #: Rows per INSERT statement: well below SQLite's limit of 32,766 bound variables.
 _ROWS_PER_STATEMENT: Final = 500
@@ -76,6 +83,17 @@ def _insert_events(count: int) -> str:
     """The INSERT of *count* event rows (the schema's triggers check and advance the log)."""
     placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
     return f"INSERT INTO events (session_id, {_EVENT_COLUMNS}, members) VALUES {placeholders}"
+
+
+@functools.lru_cache(maxsize=64)
+def _append_rows(count: int) -> str:
+    """The INSERT of *count* rows into the ``batch_rows`` view (schema v2): events, their
+    search texts and, on the last row, the session's summary, in one statement."""
+    placeholders = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        f"INSERT INTO batch_rows (session_id, {_EVENT_COLUMNS}, members, text, "
+        f"summary_events, first_activity, last_activity, open_turn, closes) VALUES {placeholders}"
+    )
 
 
 _SELECT_TAIL: Final = (
@@ -91,11 +109,6 @@ _SELECT_EVENTS_AFTER: Final = (
 
 def _flat(event_rows: list[tuple[Any, ...]]) -> list[Any]:
     return [value for row in event_rows for value in row]
-
-
-def _row_end(tail: Sequence[Any]) -> int:
-    """Return the next seq after the last stored row (0 when there is none)."""
-    return rows.row_end(*tail[0]) if tail else 0
 
 
 class _Refused(Exception):
@@ -154,6 +167,8 @@ class SqliteLogStore(LogStore):
     can_tear = False  # a transaction is all or nothing
     max_row_members = 1024
     max_row_bytes = 1 << 20
+    indexes_text = True  # FTS5 (schema v2)
+    keeps_audit = True
 
     def __init__(
         self,
@@ -161,8 +176,13 @@ class SqliteLogStore(LogStore):
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout: float = 5.0,
+        upgrade: bool = False,
     ) -> None:
+        if type(upgrade) is not bool:
+            raise ConfigError(f"upgrade must be a bool, got {upgrade!r}")
         self.path: Final = _check_path(path)
+        #: Whether opening upgrades a v1 database in place (``upgrade=1``).
+        self.upgrade: Final = upgrade
         self.synchronous: Final = _check_options(synchronous, busy_timeout)
         self.busy_timeout: Final = float(busy_timeout)
         self._location = None if self.path == MEMORY else self.path
@@ -213,6 +233,11 @@ class SqliteLogStore(LogStore):
             memory=self.path == MEMORY,
             synchronous=self.synchronous,
             busy_timeout=self.busy_timeout,
+            upgrade=(
+                functools.partial(upgrade.fill_v2, location=self._location)
+                if self.upgrade
+                else None
+            ),
         )
         self._db = db
         self._finalizer = weakref.finalize(self, _abandon, db, self.path)
@@ -224,8 +249,8 @@ class SqliteLogStore(LogStore):
         that creates nothing (None: there is no database to read yet)."""
         if self._shut:
             raise ConfigError(f"SQLite store {self.path!r} is closed")
-        if self._db is not None or self.path == MEMORY:
-            return await self._connect()
+        if self._db is not None or self.path == MEMORY or self.upgrade:
+            return await self._connect()  # an upgrade writes, so it needs the writer
         if self._reader is None:
             self._reader = await schema.open_reader(self.path, self.busy_timeout)
             if self._reader is not None:
@@ -314,21 +339,7 @@ class SqliteLogStore(LogStore):
             else:
                 found = await db.execute_fetchall(_SELECT_EVENTS, (session_id,))
             event_rows = list(found)
-        session = head[0]
-        records = [
-            RawRecord(rows.record_from_columns(*row), row[0], f"row seq {row[0]}")
-            for row in event_rows
-        ]
-        torn_at = None
-        last = event_rows[-1] if event_rows else None
-        end = 0 if last is None else _row_end([(last[0], last[6], last[3])])
-        if session[11] != end:
-            # The stored next seq disagrees with the rows (rows lost at the end, or a
-            # damaged counter): like a torn tail, load cuts there, which rewrites the
-            # counter; otherwise every repair append would fail its seq check forever.
-            torn_at = end
-        revision = rows.revision_string(session[9], session[10])
-        return RawLog(rows.header_json(session), records, revision, self._location, torn_at)
+        return raw_log(head[0], event_rows, self._location)
 
     async def read_revision(self, session_id: str) -> str | None:
         async with self._reading(session_id) as db:
@@ -368,39 +379,58 @@ class SqliteLogStore(LogStore):
         event_rows = _event_rows(session_id, batch)
         try:
             if batch.creates:
-                created = await self._create(batch.header, event_rows)
+                created = await self._create(batch, event_rows)
                 if not created:
                     return False
-            elif len(event_rows) <= _ROWS_PER_STATEMENT:
-                # The common append: one statement, committed on its own, whose triggers
-                # check that it continues the stored log (a stale writer is refused) and
-                # advance the log's end and revision: one round trip to the database.
-                async with self._connection(session_id) as db:
-                    failpoint("sqlite.write.before-statement")
-                    await db.execute_fetchall(_insert_events(len(event_rows)), _flat(event_rows))
+            elif (appended := _appended_rows(event_rows, batch)) is not None:
+                # The common append: one statement into the ``batch_rows`` view, whose
+                # triggers check that the rows continue the stored log (a stale writer
+                # is refused), advance its end and revision, and store the texts and the
+                # summary: committed on its own, one round trip. Texts also need their
+                # FTS5 entries, in the same transaction.
+                values = _flat(appended)
+                if not batch.texts:
+                    async with self._connection(session_id) as db:
+                        failpoint("sqlite.write.before-statement")
+                        await db.execute_fetchall(_append_rows(len(appended)), values)
+                else:
+                    async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                        failpoint("sqlite.write.before-statement")
+                        await db.execute_fetchall(_append_rows(len(appended)), values)
+                        await indexes.index_texts(db, session_id, batch.texts[0].seq)
+                        failpoint("sqlite.write.before-commit")
             else:
+                # A batch of many rows: statement by statement, in one transaction.
                 async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
                     failpoint("sqlite.write.after-begin")
                     await _insert_all(db, event_rows)
+                    await indexes.write_summary(db, session_id, batch.summary)
+                    await indexes.insert_texts(db, session_id, batch.texts)
                     failpoint("sqlite.write.before-commit")
         except _Refused:
             return False
         failpoint("sqlite.write.after-commit")
         return True
 
-    async def _create(self, header: SessionHeader, event_rows: list[tuple[Any, ...]]) -> bool:
-        """Insert the session row and its first batch in one transaction; False (nothing
-        inserted) when the id is taken. The row starts at seq 0, and the schema's
-        triggers advance it as the events go in."""
+    async def _create(self, batch: Batch, event_rows: list[tuple[Any, ...]]) -> bool:
+        """Insert the session row (with the batch's summary) and its first batch in one
+        transaction; False (nothing inserted) when the id is taken. The row starts at
+        seq 0, and the schema's triggers advance it as the events go in."""
+        header = batch.header
+        summary = list(indexes.summary_values(batch.summary))
+        if summary[2] is None:
+            summary[2] = header.created_at
         async with self._transaction("BEGIN IMMEDIATE", header.id) as db:
             failpoint("sqlite.write.after-begin")
             inserted = await db.execute_fetchall(
-                _INSERT_SESSION, (*rows.header_columns(header), uuid.uuid4().hex, 0)
+                _INSERT_SESSION,
+                (*rows.header_columns(header), uuid.uuid4().hex, 0, *summary),
             )
             if not list(inserted):
                 return False
             failpoint("sqlite.write.after-session-row")
             await _insert_all(db, event_rows)
+            await indexes.insert_texts(db, header.id, batch.texts)
             failpoint("sqlite.write.before-commit")
         return True
 
@@ -427,12 +457,19 @@ class SqliteLogStore(LogStore):
                         "DELETE FROM events WHERE session_id = ? AND seq >= ?",
                         (session_id, repair.cut_at),
                     )
-                    end = _row_end(list(await db.execute_fetchall(_SELECT_TAIL, (session_id,))))
+                    end = row_end(list(await db.execute_fetchall(_SELECT_TAIL, (session_id,))))
                     await db.execute_fetchall(
                         "UPDATE sessions SET next_seq = ?, revision = revision + 1 WHERE id = ?",
                         (end, session_id),
                     )
+                    kept = end if repair.kept_events is None else repair.kept_events
+                    await indexes.delete_texts(db, session_id, kept)
+                elif repair.kept_events is not None:
+                    await indexes.delete_texts(db, session_id, repair.kept_events)
                 await _insert_all(db, closers)
+                if repair.closers is not None:
+                    await indexes.insert_texts(db, session_id, repair.closers.texts)
+                await indexes.write_summary(db, session_id, repair.summary)
                 failpoint("sqlite.repair.before-commit")
         except _Refused:
             return None
@@ -463,6 +500,8 @@ class SqliteLogStore(LogStore):
 
     async def delete_log(self, session_id: str) -> bool:
         async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+            # The text index has no cascade: it forgets the texts while they still exist.
+            await indexes.delete_texts(db, session_id)
             # ON DELETE CASCADE (foreign_keys=ON is checked at open) removes the rows.
             deleted = bool(
                 list(
@@ -474,6 +513,85 @@ class SqliteLogStore(LogStore):
             failpoint("sqlite.delete.before-commit")
         failpoint("sqlite.delete.after-commit")
         return deleted
+
+    # -- listing, search, audit (docs/listing.md) ------------------------------------------
+
+    async def list_summaries(self) -> list[StoredSummary]:
+        async with self._reading(None) as db:
+            if db is None:
+                return []
+            found = list(await db.execute_fetchall(_SELECT_SUMMARIES))
+        return [_stored_summary(row) for row in found]
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+            if await self._revision_in(db, session_id) == revision:
+                await indexes.write_summary(db, session_id, summary)
+
+    async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
+        """Answer *query* with one keyset scan of the index of its order; None (the policy
+        selects over ``list_summaries``) while some summary is untrusted."""
+        sql, parameters = _session_query(query)
+        async with self._reading(None) as db:
+            if db is None:
+                return []
+            if list(await db.execute_fetchall(_ANY_UNSUMMARIZED)):
+                return None
+            found = list(await db.execute_fetchall(sql, parameters))
+        return [_stored_summary(row) for row in found]
+
+    async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
+        """Match every word of *query* as an FTS5 phrase (implicit AND)."""
+        sql, parameters = _text_query(query)
+        async with self._reading(query.session) as db:
+            if db is None:
+                return []
+            found = list(await db.execute_fetchall(sql, parameters))
+        return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        async with self._transaction("BEGIN IMMEDIATE", header.id) as db:
+            if await self._revision_in(db, header.id) != revision:
+                return False
+            await indexes.write_summary(db, header.id, summary)
+            await indexes.delete_texts(db, header.id)
+            await indexes.insert_texts(db, header.id, texts)
+        return True
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        """Return the UTF-8 bytes of the session's stored text: its header columns, every
+        ``events`` row's text columns (``data`` above all) and its search texts. SQLite's
+        page and b-tree overhead and the FTS5 index's share are not counted: what
+        deleting the session frees is about this much, once the file is vacuumed."""
+        async with self._reading(session_id) as db:
+            if db is None:
+                return None
+            found = list(await db.execute_fetchall(_STORED_BYTES, (session_id,)))
+        return None if not found or found[0][0] is None else int(found[0][0])
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        """Append *record*: one autocommit INSERT, durable as ``synchronous`` makes every
+        commit (FULL by default)."""
+        text = rows.json_text(record)
+        async with self._connection(None) as db:
+            await db.execute_fetchall("INSERT INTO audit (record) VALUES (?)", (text,))
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        async with self._reading(None) as db:
+            if db is None:
+                return []
+            found = list(await db.execute_fetchall("SELECT record FROM audit ORDER BY seq"))
+        return [rows.parse_json_text(row[0]) for row in found]
+
+    async def _revision_in(self, db: aiosqlite.Connection, session_id: str) -> str | None:
+        found = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
+        return rows.revision_string(*found[0]) if found else None
 
     async def close(self) -> None:
         if self._claims is not None:
@@ -491,6 +609,27 @@ class SqliteLogStore(LogStore):
                     raise self._translate(error, None) from error
 
 
+def _appended_rows(event_rows: list[tuple[Any, ...]], batch: Batch) -> list[tuple[Any, ...]] | None:
+    """The ``batch_rows`` rows of a batch: each event row with its search text and, on the
+    last, the summary; None when the batch is too large for one statement or has a text
+    that is not one of its rows' (then it is written statement by statement)."""
+    if not event_rows or len(event_rows) > _ROWS_PER_STATEMENT:
+        return None
+    texts = {item.seq: item for item in batch.texts}
+    if len(texts) != len(batch.texts):
+        return None
+    appended: list[tuple[Any, ...]] = []
+    for row in event_rows:
+        item = texts.pop(row[1], None)
+        if item is not None and (item.type, item.time) != (row[2], row[3]):
+            return None
+        appended.append((*row, None if item is None else item.text, None, None, None, None, 0))
+    if texts:
+        return None
+    appended[-1] = (*appended[-1][:10], *indexes.summary_values(batch.summary), 1)
+    return appended
+
+
 def _event_rows(session_id: str, batch: Batch) -> list[tuple[Any, ...]]:
     """The ``events`` rows of a batch: each record's columns and its member count."""
     return [
@@ -506,6 +645,129 @@ async def _insert_all(db: aiosqlite.Connection, event_rows: list[tuple[Any, ...]
         await db.execute_fetchall(_insert_events(len(part)), _flat(part))
 
 
+def _bytes(column: str) -> str:
+    return f"coalesce(length(CAST({column} AS BLOB)), 0)"
+
+
+_STORED_BYTES: Final = (
+    "SELECT ("
+    + " + ".join(
+        _bytes(column) for column in ("id", "cwd", "parent_session", "title", "meta", "incarnation")
+    )
+    + ") + (SELECT coalesce(sum("
+    + " + ".join(_bytes(column) for column in ("type", "data", "source_event_seqs", "surface_op"))
+    + "), 0) FROM events WHERE session_id = ?1) + (SELECT coalesce(sum("
+    + " + ".join(_bytes(column) for column in ("type", "text"))
+    + "), 0) FROM search_texts WHERE session_id = ?1) FROM sessions WHERE id = ?1"
+)
+
+_SEARCH: Final = (
+    "SELECT t.session_id, t.seq, t.type, t.time, t.text FROM search_index "
+    "JOIN search_texts AS t ON t.id = search_index.rowid WHERE search_index MATCH ?"
+)
+
+
+def _stored_summary(row: Sequence[Any]) -> StoredSummary:
+    """A listing row of ``_SUMMARY_ROW`` columns."""
+    return StoredSummary(
+        rows.header_json(row),
+        rows.revision_string(row[9], row[10]),
+        indexes.summary_from_columns(*row[11:15]),
+    )
+
+
+#: The JSON type ``json_each`` reports for each kind of ``meta`` filter value.
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return "integer" if type(value) is int else "text"
+
+
+_INT64: Final = range(-(1 << 63), 1 << 63)
+# A ``meta`` that is not JSON (a damaged row) matches no filter instead of failing the
+# query; the policy skips such a header anyway.
+_META_ITEMS: Final = (
+    "json_each(CASE WHEN json_valid(meta) THEN meta END) WHERE key = ? AND type = ?"
+)
+
+
+def _bounded(
+    where: list[str], parameters: list[Any], condition: str, value: int, *, keeps_all: bool
+) -> None:
+    if value in _INT64:
+        where.append(condition)
+        parameters.append(value)
+    elif not keeps_all:
+        where.append("0")
+
+
+def _session_query(query: SessionQuery) -> tuple[str, list[Any]]:
+    """The SQL of ``listing.select`` for *query*: the same filters, order and keyset."""
+    key = "last_activity" if query.order == "last_activity" else "created_at"
+    where: list[str] = []
+    parameters: list[Any] = []
+    if query.title is not None:
+        # SQLite's lower() folds ASCII letters only, as ``listing.ascii_lower`` does.
+        where.append("instr(lower(title), lower(?)) > 0")
+        parameters.append(query.title)
+    for name, value in query.meta:
+        # json_each reads the key unquoted (any character), and its type tells 1, true
+        # and "1" apart.
+        kind = _json_type(value)
+        if kind in ("integer", "text"):
+            if kind == "integer" and value not in _INT64:
+                where.append("0")  # SQLite keeps no such integer
+                continue
+            where.append(f"EXISTS (SELECT 1 FROM {_META_ITEMS} AND atom = ?)")
+            parameters.extend((name, kind, value))
+        else:
+            where.append(f"EXISTS (SELECT 1 FROM {_META_ITEMS})")
+            parameters.extend((name, kind))
+    # Times beyond SQLite's 64-bit integers cannot be bound, and every stored time is
+    # within them: such a bound keeps every row or none.
+    if query.since is not None:
+        _bounded(where, parameters, "last_activity >= ?", query.since, keeps_all=query.since < 0)
+    if query.until is not None:
+        _bounded(where, parameters, "last_activity < ?", query.until, keeps_all=query.until > 0)
+    if query.after is not None:
+        # The first condition is the index range; the second skips the ties already shown.
+        last, last_id = query.after
+        if last in _INT64:
+            where.append(f"{key} <= ? AND ({key} < ? OR id > ?)")
+            parameters.extend((last, last, last_id))
+        elif last < 0:
+            where.append("0")
+    sql = f"SELECT {_SUMMARY_ROW} FROM sessions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY {key} DESC, id"
+    if query.limit is not None:
+        sql += " LIMIT ?"
+        parameters.append(query.limit + 1)
+    return sql, parameters
+
+
+def _text_query(query: TextQuery) -> tuple[str, list[Any]]:
+    """The FTS5 query of *query*: each word a quoted phrase, all of them required."""
+    match = " ".join('"' + word.replace('"', '""') + '"' for word in query.words)
+    sql = _SEARCH
+    parameters: list[Any] = [match]
+    if query.session is not None:
+        sql += " AND t.session_id = ?"
+        parameters.append(query.session)
+    if query.types is not None:
+        chosen = sorted(query.types)
+        sql += f" AND t.type IN ({', '.join('?' * len(chosen))})"
+        parameters.extend(chosen)
+    sql += " ORDER BY t.time DESC, t.session_id, t.seq DESC LIMIT ?"
+    parameters.append(query.limit)
+    return sql, parameters
+
+
 @final
 class SqlitePersistence(SessionPersistence):
     """Keep session logs in one SQLite database file (or ``:memory:``), through aiosqlite.
@@ -514,6 +776,8 @@ class SqlitePersistence(SessionPersistence):
     checked on first use. ``synchronous="NORMAL"`` trades the durability of the last
     commits on power loss (not on a process crash) for fewer fsyncs; ``busy_timeout`` is
     how long a write waits, in seconds, for another connection's write lock.
+    ``upgrade=True`` upgrades a database of schema v1 in place when it is opened
+    (docs/formats.md, "SQLite"); without it such a database is refused.
     """
 
     def __init__(
@@ -523,8 +787,11 @@ class SqlitePersistence(SessionPersistence):
         event_types: EventTypeRegistry | None = None,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         busy_timeout: float = 5.0,
+        upgrade: bool = False,
     ) -> None:
-        self._sqlite = SqliteLogStore(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._sqlite = SqliteLogStore(
+            path, synchronous=synchronous, busy_timeout=busy_timeout, upgrade=upgrade
+        )
         super().__init__(self._sqlite, event_types=event_types)
 
     @property

@@ -1,0 +1,46 @@
+"""Upgrading a v1 database to v2: every session's summary and search texts, computed from
+its stored events (docs/formats.md, "SQLite").
+
+``fill_v2`` runs inside the one transaction ``schema`` opens for the upgrade, after the
+new columns and tables exist. A session it cannot read stops the whole upgrade: the
+transaction rolls back and the database stays a v1 database, every byte as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import aiosqlite
+
+from sessionledger.committed import scan_log
+from sessionledger.errors import CorruptLogError, LedgerError
+from sessionledger.searching import indexed_texts
+from sessionledger.summaries import summarize
+from sessionledger_sqlite import indexes
+from sessionledger_sqlite.reading import EVENT_COLUMNS, SESSION_COLUMNS, raw_log
+
+__all__ = ["fill_v2"]
+
+_SESSIONS: Final = f"SELECT {SESSION_COLUMNS} FROM sessions ORDER BY id"
+_EVENTS: Final = f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq"
+
+
+async def fill_v2(db: aiosqlite.Connection, location: str | None = None) -> None:
+    """Write the summary and search texts of every stored session, as the store's read
+    path decodes its events (``scan_log``); ``CorruptLogError`` names a session that
+    cannot be read."""
+    for session in await db.execute_fetchall(_SESSIONS):
+        session_id = session[0]
+        event_rows = list(await db.execute_fetchall(_EVENTS, (session_id,)))
+        try:
+            scan = scan_log(session_id, raw_log(session, event_rows, location), contiguous_from=0)
+        except LedgerError as error:
+            raise CorruptLogError(
+                f"cannot upgrade the database: session {session_id!r} cannot be read "
+                f"({error.code}: {error}); nothing was changed (repair or delete that "
+                "session with a release that reads v1, then upgrade)",
+                session_id=session_id,
+                path=location,
+            ) from error
+        await indexes.write_summary(db, session_id, summarize(scan.events))
+        await indexes.insert_texts(db, session_id, indexed_texts(scan.events))
