@@ -44,7 +44,7 @@ def test_reading_an_empty_file_leaves_it_empty(tmp_path: Path) -> None:
     database.touch()  # : > z.db
     listed = cli("--store", f"sqlite:{database}", "ls", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == []
+    assert json.loads(listed.stdout) == {"sessions": [], "next": None}
     assert cli("--store", f"sqlite:{database}", "verify", "--all").returncode == 0
     assert cli("--store", f"sqlite:{database}", "show", "nothing").returncode == 2
     assert listing(tmp_path) == {"z.db": 0}  # no schema, no -wal, no lock file
@@ -54,7 +54,7 @@ def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path: Path) -> 
     for url in (f"sqlite:{tmp_path / 'a' / 'b.db'}", f"jsonl:{tmp_path / 'c'}"):
         listed = cli("--store", url, "ls", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert json.loads(listed.stdout) == []
+        assert json.loads(listed.stdout) == {"sessions": [], "next": None}
         assert cli("--store", url, "show", "nothing").returncode == 2
     assert listing(tmp_path) == {}
 
@@ -123,7 +123,8 @@ def test_stores_on_read_only_media_can_be_read(tmp_path: Path) -> None:
         runs = result[name]
         for command, done in runs.items():
             assert done["code"] == 0, (name, command, done["err"])
-        assert [row["id"] for row in json.loads(runs["ls"]["out"])] == ["closed", "crashed"]
+        listed = json.loads(runs["ls"]["out"])["sessions"]
+        assert sorted(row["id"] for row in listed) == ["closed", "crashed"]
         shown = [json.loads(line) for line in runs["show"]["out"].splitlines()]
         assert shown[-1]["type"] == "tool/call"  # as stored: no repair was written
         assert "turn 2 is open" in runs["verify"]["out"]
@@ -131,4 +132,4 @@ def test_stores_on_read_only_media_can_be_read(tmp_path: Path) -> None:
     # through the shared-memory file, which the dead writer left behind, so this reads.
     wal = result["sqlite-wal"]
     assert wal["ls"]["code"] == 0, wal["ls"]["err"]
-    assert [row["id"] for row in json.loads(wal["ls"]["out"])] == ["in-wal"]
+    assert [row["id"] for row in json.loads(wal["ls"]["out"])["sessions"]] == ["in-wal"]
