@@ -61,6 +61,8 @@ class Settings:
     scaling_sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
     postgres_events: int = 10_000
     postgres_repeats: int = 3
+    listing_sizes: tuple[int, int] = (1_000, 100_000)  # figure 11: a small and a large store
+    prune_sessions: int = 10_000  # figure 11: how many sessions one prune deletes
 
     @classmethod
     def for_run(cls, quick: bool, repeats: int | None = None) -> Settings:
@@ -80,6 +82,8 @@ class Settings:
             scaling_sizes=(1_000, 10_000),
             postgres_events=2_000,
             postgres_repeats=1,
+            listing_sizes=(500, 10_000),
+            prune_sessions=1_000,
         )
 
 

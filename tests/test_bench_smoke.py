@@ -35,6 +35,8 @@ TINY = dataclasses.replace(
     derive_samples=3,
     derive_large=1_500,
     scaling_sizes=(200,),
+    listing_sizes=(60, 240),
+    prune_sessions=40,
 )
 
 
@@ -92,3 +94,12 @@ def test_openai_agents_group_runs() -> None:
     assert keys == ["10-oa-runner", "10-oa-session"]
     assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
     assert "## Figure 10 detail" in run.render(results)
+
+
+def test_listing_group_runs() -> None:
+    results = run.run_groups(["listing"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    keys = [figure.key for figure in results["figures"]]
+    assert keys == ["11-page", "11-full", "11-search", "11-prune"]
+    assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
+    assert "## Figure 11 detail" in run.render(results)

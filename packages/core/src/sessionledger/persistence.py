@@ -149,6 +149,9 @@ class SessionPersistence:
     - ``read_from(id, from_seq)`` returns the stored suffix as stored, no repair.
     - ``list()`` / ``list_snapshots()`` read headers (and revisions) only, ordered by
       ``created_at`` then id; ``delete(id)`` removes a session; ``close()`` is idempotent.
+    - ``list_sessions(query)`` pages through the stored summaries, ``search(text)`` finds
+      message text, ``prune(...)`` plans (and on request carries out and records)
+      deletions, ``reindex()`` rebuilds summaries and texts (docs/listing.md).
 
     Operations on one session id are serialized within the process. *event_types* is
     the registry the read path accepts (default: the core vocabulary plus entry-point
@@ -648,20 +651,25 @@ class SessionPersistence:
 
     async def _reindex_one(self, session_id: str) -> str | None:
         async with self._lock(session_id):
-            for _ in range(3):
-                raw = await self._store.read_log(session_id)
-                if raw is None:
-                    raise SessionNotFoundError("session not found", session_id=session_id)
-                try:
-                    scan = scan_log(session_id, raw, contiguous_from=0)
-                except LedgerError as error:
-                    return f"{error.code}: {error}"
-                texts = indexed_texts(scan.events) if self._store.indexes_text else []
-                if await self._store.rewrite_index(
-                    scan.header, raw.revision, summarize(scan.events), texts
-                ):
-                    return None
-            return "SEQ_MISMATCH: the log kept changing while it was reindexed"
+            return await self._reindex_locked(session_id)
+
+    async def _reindex_locked(self, session_id: str) -> str | None:
+        """Rebuild one session's summary and texts; return why it could not, or None."""
+        for _ in range(3):
+            raw = await self._store.read_log(session_id)
+            if raw is None:
+                raise SessionNotFoundError("session not found", session_id=session_id)
+            try:
+                scan = scan_log(session_id, raw, contiguous_from=0)
+            except LedgerError as error:
+                return f"{error.code}: {error}"
+            texts = indexed_texts(scan.events) if self._store.indexes_text else []
+            summary = summarize(scan.events)
+            if await self._store.rewrite_index(scan.header, raw.revision, summary, texts):
+                if session_id in self._summaries:
+                    self._summaries[session_id] = summary
+                return None
+        return "SEQ_MISMATCH: the log kept changing while it was reindexed"
 
     async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
         """Keep the longest intact prefix of a damaged log, move everything after it into
@@ -690,7 +698,7 @@ class SessionPersistence:
         if point is not None and not dry_run:
             header = stored_header(raw.header, session_id, raw.location)
             moved = await self._store.commit_repair(
-                Repair(header, raw.revision, cut_at=point.cut_at)
+                Repair(header, raw.revision, cut_at=point.cut_at, kept_events=point.kept_events)
             )
             if moved is None:
                 raise _changed_meanwhile(session_id, point.kept_events)
@@ -708,6 +716,9 @@ class SessionPersistence:
             self._cursors.pop(session_id, None)
             stored, _ = await self._load_locked(session_id, commit=True)
             closers = len(stored.events) - kept
+            # A salvage cuts inside the committed region, where summaries and indexes
+            # were written: rebuild them from what the log now holds.
+            await self._reindex_locked(session_id)
         return SalvageReport(
             session_id=session_id,
             kept_events=kept,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sessionledger.testing.contract.listing import ListingClauses
 from sessionledger.testing.contract.ownership import OwnershipClauses
 from sessionledger.testing.contract.reading import ReadingClauses
 from sessionledger.testing.contract.repair import RepairClauses
@@ -12,7 +13,12 @@ __all__ = ["PersistenceContract"]
 
 
 class PersistenceContract(
-    WritingClauses, ReadingClauses, RepairClauses, OwnershipClauses, LedgerClauses
+    WritingClauses,
+    ReadingClauses,
+    RepairClauses,
+    OwnershipClauses,
+    LedgerClauses,
+    ListingClauses,
 ):
     """The persistence contract as tests (docs/backends.md, "the contract kit"); subclass
     it and provide ``ledger_backend_factory``."""
