@@ -287,6 +287,12 @@ async def test_ls_reads_no_events(kind: str, cli_env: dict[str, str], tmp_path: 
             f"the {kind} store keeps no summaries of its own yet (list_summaries and "
             "query_sessions are LogStore's defaults): listing rebuilds them from the logs"
         )
+    if kind == "jsonl":
+        pytest.skip(
+            "the JSONL index trusts a summary only at the revision it names (the log's size "
+            "and times, ctime included): any change to the log, damage too, makes it read "
+            "the log again, so no damage can be hidden from it; shown on SQLite"
+        )
     ids = [sid(i) for i in range(4)]
     clock = itertools.count(BASE, STEP).__next__
     async with Ledger.open(url, clock=clock) as ledger:
