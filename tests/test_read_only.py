@@ -66,7 +66,14 @@ async def test_reading_a_sqlite_store_changes_no_byte_of_its_data(tmp_path: Path
         closed_turn(session, 1)
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     assert set(files) == {"ledger.db", "ledger.db.locks"}  # the writer closed cleanly
-    for args in (["ls"], ["show", "s"], ["verify", "--all"], ["stats", "s"]):
+    for args in (
+        ["ls"],
+        ["show", "s"],
+        ["verify", "--all"],
+        ["stats", "s"],
+        ["search", "hello"],
+        ["audit"],
+    ):
         done = cli("--store", f"sqlite:{database}", *args)
         assert done.returncode == 0, done.stderr
     assert {name: (tmp_path / name).read_bytes() for name in files} == files
@@ -128,6 +135,9 @@ def test_stores_on_read_only_media_can_be_read(tmp_path: Path) -> None:
         shown = [json.loads(line) for line in runs["show"]["out"].splitlines()]
         assert shown[-1]["type"] == "tool/call"  # as stored: no repair was written
         assert "turn 2 is open" in runs["verify"]["out"]
+        hits = json.loads(runs["search"]["out"])
+        assert sorted({hit["sessionId"] for hit in hits}) == ["closed", "crashed"]
+        assert json.loads(runs["audit"]["out"]) == []
     # Transactions still in a -wal file on read-only media: SQLite can read them only
     # through the shared-memory file, which the dead writer left behind, so this reads.
     wal = result["sqlite-wal"]
