@@ -11,6 +11,7 @@ import dataclasses
 import importlib.metadata as metadata
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -466,6 +467,14 @@ async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
     else:  # then the last activity: the id, count and state still fit, whole
         assert "(titles and last activity left out: the terminal is too narrow" in caption
         assert rows["id"] == ["id", "events", "state"]  # headings whole, not stacked
+    # A page: the command for the next one is printed whole, on one line the terminal folds.
+    paged = run_on_terminal(cli_env, columns, "--store", url, "ls", "--limit", "2")
+    assert paged.code == 0, paged.err
+    more = paged.out.splitlines()[-1]
+    assert more.startswith(f"more: sessionledger --store {url} ls --limit 2 --after ")
+    rest = run_cli(cli_env, *shlex.split(more.removeprefix("more: sessionledger ")), "--json")
+    assert len(rest.json()["sessions"]) == 2
+    assert rest.json()["next"] is None
 
 
 async def test_show_fits_a_60_column_terminal(cli_env: dict[str, str], tmp_path: Path) -> None:
