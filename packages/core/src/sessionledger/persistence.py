@@ -15,21 +15,18 @@ import builtins
 import contextlib
 import dataclasses
 import gc
-import heapq
 import logging
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any, final
+from typing import Any
 
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
+from sessionledger.catalog import ReindexReport, SessionCatalog
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.committed import (
     ScannedLog,
     TornTail,
     check_event_types,
-    check_version,
     salvage_point,
     scan_log,
     stored_header,
@@ -37,42 +34,25 @@ from sessionledger.committed import (
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
-    FormatUnsupportedError,
     HeaderError,
-    LedgerError,
-    QueryError,
     SeedError,
     SeqMismatchError,
     SessionExistsError,
-    SessionLockedError,
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.listing import (
     SessionInfo,
-    SessionPage,
-    SessionQuery,
-    StoredSummary,
-    encode_cursor,
-    make_query,
-    parse_duration,
-    select,
 )
-from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt, SearchRow
+from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt
 from sessionledger.refusals import held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
-from sessionledger.retention import PruneCandidate, PrunePlan, who_and_where
 from sessionledger.searching import (
-    SEARCHED_TYPES,
-    SearchHit,
-    TextQuery,
     indexed_texts,
-    matches,
-    snippet,
-    words,
 )
 from sessionledger.session import Clock, Session, SessionHooks
+from sessionledger.stored import SalvageReport, StoredSession
 from sessionledger.summaries import SessionSummary, summarize
 
 __all__ = [
@@ -87,56 +67,7 @@ __all__ = [
 logger = logging.getLogger("sessionledger")
 
 
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class StoredSession:
-    """A stored session as read: header, events and the storage revision they came from.
-
-    ``torn_batches`` counts the trailing batches of a torn tail the read left out (an
-    ``inspect`` drops them from its view; a ``load`` moved them into quarantine), and
-    ``torn_tail`` says what it holds (and, after a load, where it went).
-    """
-
-    header: SessionHeader
-    events: tuple[SessionEvent, ...]
-    revision: str
-    torn_batches: int = 0
-    torn_tail: TornTail | None = None
-
-
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReindexReport:
-    """What ``reindex`` did: how many sessions' summaries and search texts it rebuilt, and
-    the sessions it could not read (id and why), which keep what they had."""
-
-    reindexed: int
-    unreadable: tuple[tuple[str, str], ...] = ()
-
-
-@final
-@dataclasses.dataclass(frozen=True, slots=True)
-class SalvageReport:
-    """What ``salvage`` did: the intact prefix it kept, exactly what it moved aside (the
-    medium's batches and records, the seqs among them that still decode, their bytes and
-    where they went), and how many crash-repair closers it appended after the cut."""
-
-    session_id: str
-    kept_events: int
-    moved_batches: int
-    moved_records: int
-    moved_seqs: tuple[int, int] | None
-    moved_bytes: int
-    quarantine: str | None
-    closers: int
-
-    @property
-    def moved(self) -> bool:
-        """Whether anything was moved aside (False: the log had no damage to cut)."""
-        return self.moved_records > 0
-
-
-class SessionPersistence:
+class SessionPersistence(SessionCatalog):
     """Durable storage for session logs, over the primitives of *store*.
 
     - ``create(header)`` registers a header; nothing of the session is stored until the
@@ -224,6 +155,18 @@ class SessionPersistence:
         if lock is None:
             lock = self._locks[session_id] = asyncio.Lock()
         return lock
+
+    def _in_use(self, session_id: str) -> bool:
+        return session_id in self._owned or session_id in self._created
+
+    def _forget(self, session_id: str) -> None:
+        self._cursors.pop(session_id, None)
+        self._headers.pop(session_id, None)
+        self._summaries.pop(session_id, None)
+
+    def _summary_rebuilt(self, session_id: str, summary: SessionSummary) -> None:
+        if session_id in self._summaries:
+            self._summaries[session_id] = summary
 
     # -- writing ----------------------------------------------------------------------
 
@@ -367,310 +310,6 @@ class SessionPersistence:
             scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
             return [event for event in scan.events if event.seq >= from_seq]
 
-    async def list(self) -> builtins.list[SessionHeader]:
-        """Return the headers of every stored session (created_at, then id)."""
-        return [info.header for info in await self.list_snapshots()]
-
-    async def list_snapshots(self) -> builtins.list[SessionInfo]:
-        """Return header and revision of every stored session (created_at, then id).
-
-        A session written in another format version is left out and logged: one newer
-        session must not make a whole store unlistable.
-        """
-        infos: builtins.list[SessionInfo] = []
-        for header_json, revision in await self._store.list_headers():
-            try:
-                check_version(header_json, None)
-                header = stored_header(header_json, None, None)
-            except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
-                logger.warning("skipping a stored session this build cannot read: %s", error)
-                continue
-            infos.append(SessionInfo(header, revision))
-        infos.sort(key=lambda info: (info.header.created_at, info.header.id))
-        return infos
-
-    # -- listing, search, retention (docs/listing.md) ---------------------------------
-
-    async def list_sessions(self, query: SessionQuery | None = None) -> SessionPage:
-        """Return one page of the stored sessions' summaries (``listing.make_query`` makes
-        *query*; by default every session, most recent activity first). Reads no events,
-        except to rebuild a summary the store could not trust."""
-        query = query or SessionQuery()
-        rows = await self._store.query_sessions(query)
-        if rows is None:
-            chosen = select(await self._all_summaries(), query)
-        else:
-            chosen = [info for row in rows if (info := await self._listed(row)) is not None]
-        limit = query.limit
-        if limit is None or len(chosen) <= limit:
-            return SessionPage(tuple(chosen), None)
-        page = tuple(chosen[:limit])
-        return SessionPage(page, encode_cursor(query, page[-1]))
-
-    async def _all_summaries(self) -> builtins.list[SessionInfo]:
-        infos: builtins.list[SessionInfo] = []
-        for row in await self._store.list_summaries():
-            info = await self._listed(row)
-            if info is not None:
-                infos.append(info)
-        return infos
-
-    async def _listed(self, row: StoredSummary) -> SessionInfo | None:
-        """The listing row of a store's *row*; a summary the store lacks is rebuilt from
-        the log (and handed back to the store). None for a header this build cannot
-        read (logged, as ``list_snapshots`` does)."""
-        try:
-            check_version(row.header, None)
-            header = stored_header(row.header, None, None)
-        except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
-            logger.warning("skipping a stored session this build cannot read: %s", error)
-            return None
-        if row.summary is not None:
-            return SessionInfo(header, row.revision, row.summary)
-        async with self._lock(header.id):
-            raw = await self._store.read_log(header.id)
-            if raw is None:
-                return None  # deleted meanwhile
-            try:
-                scan = scan_log(header.id, raw, contiguous_from=0)
-            except LedgerError as error:
-                logger.warning("session %r: cannot summarize its log: %s", header.id, error)
-                return SessionInfo(header, raw.revision, problem=f"{error.code}: {error}")
-            summary = summarize(scan.events)
-            await self._store.save_summary(header.id, raw.revision, summary)
-            return SessionInfo(header, raw.revision, summary)
-
-    async def search(
-        self,
-        text: str,
-        *,
-        limit: int = 20,
-        session: str | None = None,
-        types: Iterable[str] | None = None,
-    ) -> builtins.list[SearchHit]:
-        """Return the stored events whose message text holds every word of *text*, newest
-        first: from the store's index where it has one, else by reading every log."""
-        if type(text) is not str:
-            raise QueryError(f"search text must be a string, got {type(text).__name__}")
-        query_words = words(text)
-        if not query_words:
-            raise QueryError(f"search text {text!r} has no word to look for")
-        if type(limit) is not int or limit < 1:
-            raise QueryError(f"limit must be a positive integer, got {limit!r}")
-        if session is not None and (type(session) is not str or not session):
-            raise QueryError(f"session must be a non-empty string, got {session!r}")
-        chosen: frozenset[str] | None = None
-        if types is not None:
-            chosen = frozenset(types) if not isinstance(types, str) else frozenset((types,))
-            unknown = sorted(chosen - SEARCHED_TYPES)
-            if unknown or not chosen:
-                raise QueryError(
-                    f"search covers the types {', '.join(sorted(SEARCHED_TYPES))}; "
-                    f"got {', '.join(unknown) or 'none'}"
-                )
-        query = TextQuery(query_words, limit, session, chosen)
-        if session is not None and await self.revision(session) is None:
-            raise SessionNotFoundError("session not found", session_id=session)
-        rows = await self._store.search_text(query)
-        if rows is None:
-            rows = await self._scan_texts(query)
-        return [
-            SearchHit(
-                row.session_id,
-                row.text.seq,
-                row.text.type,
-                snippet(row.text.text, query_words),
-                row.text.time,
-            )
-            for row in rows
-        ]
-
-    async def _scan_texts(self, query: TextQuery) -> builtins.list[SearchRow]:
-        """Search by reading every log (a store without a text index)."""
-        if query.session is not None:
-            ids = [query.session]
-        else:
-            ids = [info.header.id for info in await self.list_snapshots()]
-        found: builtins.list[SearchRow] = []
-        for session_id in ids:
-            async with self._lock(session_id):
-                raw = await self._store.read_log(session_id)
-            if raw is None:
-                continue
-            try:
-                scan = scan_log(session_id, raw, contiguous_from=0)
-            except LedgerError as error:
-                logger.warning("search skips session %r: %s", session_id, error)
-                continue
-            for item in indexed_texts(scan.events):
-                if query.types is not None and item.type not in query.types:
-                    continue
-                if matches(item.text, query.words):
-                    found.append(SearchRow(session_id, item))
-        return heapq.nsmallest(
-            query.limit, found, key=lambda row: (-row.text.time, row.session_id, -row.text.seq)
-        )
-
-    async def prune(
-        self,
-        *,
-        older_than: object = None,
-        keep_last: int | None = None,
-        title: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-        dry_run: bool = True,
-        now: int | None = None,
-    ) -> PrunePlan:
-        """Plan (and, only with ``dry_run=False``, carry out) deleting the sessions whose
-        last activity is older than *older_than* (``"30d"``, a ``timedelta``), beyond
-        the *keep_last* most recently active, among those *title* and *meta* select.
-
-        Nothing is deleted without one of *older_than* and *keep_last*. An executed prune
-        is recorded in the audit log before its first deletion and after its last; a
-        store without an audit log refuses to execute one. A session another writer
-        holds, that changed since the plan or that this instance writes is skipped."""
-        if older_than is None and keep_last is None:
-            raise QueryError(
-                "prune needs older_than or keep_last: it never deletes every session by default"
-            )
-        age = None if older_than is None else parse_duration(older_than, "older_than")
-        if keep_last is not None and (type(keep_last) is not int or keep_last < 0):
-            raise QueryError(f"keep_last must be a non-negative integer, got {keep_last!r}")
-        if type(dry_run) is not bool:
-            raise QueryError(f"dry_run must be a bool, got {dry_run!r}")
-        query = make_query(title=title, meta=meta)
-        moment = int(time.time() * 1000) if now is None else now
-        criteria: dict[str, Any] = {
-            "olderThan": age,
-            "keepLast": keep_last,
-            "title": query.title,
-            "meta": dict(query.meta) or None,
-        }
-        infos = list((await self.list_sessions(query)).sessions)
-        if keep_last:
-            infos = infos[keep_last:]
-        if age is not None:
-            infos = [info for info in infos if info.last_activity < moment - age]
-        busy = tuple(
-            (info.id, "this process writes it")
-            for info in infos
-            if info.id in self._owned or info.id in self._created
-        )
-        held = {item[0] for item in busy}
-        candidates = tuple(
-            [
-                PruneCandidate(info, await self._store.stored_bytes(info.id))
-                for info in infos
-                if info.id not in held
-            ]
-        )
-        plan = PrunePlan(criteria, moment, candidates, skipped=busy)
-        if dry_run:
-            return plan
-        if not self._store.keeps_audit:
-            raise ConfigError(
-                f"the {self.scheme} store keeps no audit log, so prune deletes nothing "
-                "(every deletion it makes must be on record)"
-            )
-        audit_id = uuid.uuid4().hex
-        base = {"action": "prune", "id": audit_id, **who_and_where(), "criteria": criteria}
-        await self._store.append_audit(
-            {
-                **base,
-                "phase": "begin",
-                "time": int(time.time() * 1000),
-                "sessions": [item.info.id for item in candidates],
-                "bytes": plan.bytes,
-            }
-        )
-        deleted: builtins.list[str] = []
-        skipped = list(busy)
-        for item in candidates:
-            try:
-                gone = await self._delete_unchanged(item.info.id, item.info.revision)
-            except SessionLockedError:
-                skipped.append((item.info.id, "another writer holds it"))
-                continue
-            if gone:
-                deleted.append(item.info.id)
-            else:
-                skipped.append((item.info.id, "it changed since the plan"))
-        done = dataclasses.replace(
-            plan, executed=True, deleted=tuple(deleted), skipped=tuple(skipped), audit_id=audit_id
-        )
-        await self._store.append_audit(
-            {
-                **base,
-                "phase": "end",
-                "time": int(time.time() * 1000),
-                "deleted": deleted,
-                "skipped": [{"id": id, "reason": reason} for id, reason in skipped],
-                "bytesFreed": done.bytes_freed,
-            }
-        )
-        return done
-
-    async def _delete_unchanged(self, session_id: str, revision: str) -> bool:
-        """Delete *session_id* if its log is still at *revision*, as its one writer."""
-        async with self._lock(session_id):
-            if session_id in self._owned or session_id in self._created:
-                return False
-            if await self._store.read_revision(session_id) != revision:
-                return False
-            await self._store.claim(session_id)
-            try:
-                if await self._store.read_revision(session_id) != revision:
-                    return False
-                return await self._store.delete_log(session_id)
-            finally:
-                self._cursors.pop(session_id, None)
-                self._headers.pop(session_id, None)
-                self._summaries.pop(session_id, None)
-                await self._store.release(session_id)
-
-    async def audit(self) -> builtins.list[Mapping[str, Any]]:
-        """Return the store's audit log, oldest record first."""
-        return await self._store.read_audit()
-
-    async def reindex(self, session_id: str | None = None) -> ReindexReport:
-        """Rebuild the summary and search texts of one stored session, or of all, from
-        their logs (after an index was lost, or to fill one a store gained later)."""
-        if session_id is None:
-            ids = [info.header.id for info in await self.list_snapshots()]
-        else:
-            ids = [session_id]
-        done = 0
-        unreadable: builtins.list[tuple[str, str]] = []
-        for one in ids:
-            problem = await self._reindex_one(one)
-            if problem is None:
-                done += 1
-            else:
-                unreadable.append((one, problem))
-        return ReindexReport(done, tuple(unreadable))
-
-    async def _reindex_one(self, session_id: str) -> str | None:
-        async with self._lock(session_id):
-            return await self._reindex_locked(session_id)
-
-    async def _reindex_locked(self, session_id: str) -> str | None:
-        """Rebuild one session's summary and texts; return why it could not, or None."""
-        for _ in range(3):
-            raw = await self._store.read_log(session_id)
-            if raw is None:
-                raise SessionNotFoundError("session not found", session_id=session_id)
-            try:
-                scan = scan_log(session_id, raw, contiguous_from=0)
-            except LedgerError as error:
-                return f"{error.code}: {error}"
-            texts = indexed_texts(scan.events) if self._store.indexes_text else []
-            summary = summarize(scan.events)
-            if await self._store.rewrite_index(scan.header, raw.revision, summary, texts):
-                if session_id in self._summaries:
-                    self._summaries[session_id] = summary
-                return None
-        return "SEQ_MISMATCH: the log kept changing while it was reindexed"
-
     async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
         """Keep the longest intact prefix of a damaged log, move everything after it into
         quarantine, and close an interrupted turn (docs/durability.md). The only way past
@@ -751,9 +390,7 @@ class SessionPersistence:
             if await self._store.read_revision(session_id) is not None:
                 await self._claim(session_id)
             registered = self._created.pop(session_id, None) is not None
-            self._cursors.pop(session_id, None)
-            self._headers.pop(session_id, None)
-            self._summaries.pop(session_id, None)
+            self._forget(session_id)
             try:
                 deleted = await self._store.delete_log(session_id)
             finally:
@@ -769,9 +406,7 @@ class SessionPersistence:
         next use here reads storage again, as a new instance would. Nothing stored
         changes."""
         async with self._lock(session_id):
-            self._cursors.pop(session_id, None)
-            self._headers.pop(session_id, None)
-            self._summaries.pop(session_id, None)
+            self._forget(session_id)
             self._owned.discard(session_id)
             await self._store.release(session_id)
 

@@ -21,10 +21,9 @@ from sessionledger.events import SessionHeader
 from sessionledger.logstore import RawLog
 from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
-    INCARNATION_KEY,
     LOG_NAME,
+    incarnation_of,
     parse_header,
-    parse_line,
     revision_of,
     split_batches,
     stat_key,
@@ -234,12 +233,7 @@ class SessionDirectories:
         if head is None:
             return None
         status, line = head
-        incarnation = ""
-        if line is not None:
-            value = parse_line(line)
-            if type(value) is dict and type(value.get(INCARNATION_KEY)) is str:
-                incarnation = value[INCARNATION_KEY]
-        return revision_of(incarnation, status)
+        return revision_of(incarnation_of(line), status)
 
     def _head(self, place: Place) -> tuple[os.stat_result, bytes | None] | None:
         """The status and first line of the log at *place*; None if there is no log."""
@@ -254,6 +248,30 @@ class SessionDirectories:
             return self.system.status(fd), self.system.first_line(fd)
         finally:
             self.system.close(fd)
+
+    def stored_bytes(self, session_id: str) -> int | None:
+        """Return the size of every file in the session's directory (its log and its
+        quarantine files: deleting the session removes them all), or None without a log."""
+        place = self.find(session_id)
+        if place is None:
+            return None
+        system = self.system
+        total = 0
+        with self.opened(place) as directory:
+            if directory is None:
+                return None
+            for name, kind in system.entries(directory):
+                if kind != "file":
+                    continue
+                try:
+                    fd = system.open_file(name, directory)
+                except FileNotFoundError:
+                    continue  # a temp file removed meanwhile
+                try:
+                    total += system.size(fd)
+                finally:
+                    system.close(fd)
+        return total
 
     def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
         """Return the header and revision of every readable log, reading header lines only."""

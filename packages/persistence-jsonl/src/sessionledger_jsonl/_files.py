@@ -82,7 +82,7 @@ class FileSystem:
 
     Subclass it to watch or fail calls: the store calls nothing else (and ``os`` only
     through it). Mutating calls are ``mkdir``, ``create``, ``write``, ``truncate``,
-    ``fsync``, ``link``, ``unlink`` and ``rmdir``.
+    ``fsync``, ``link``, ``rename``, ``unlink`` and ``rmdir``.
     """
 
     # -- directories ------------------------------------------------------------------
@@ -174,6 +174,11 @@ class FileSystem:
                 raise HardLinkUnsupportedError(error.errno, error.strerror, target) from error
             raise
 
+    def rename(self, source: str, target: str, dir_fd: int) -> None:
+        """Give the file *source* the name *target*, replacing what *target* names (a link
+        there is replaced, never followed): the atomic rewrite of a store-wide file."""
+        os.rename(source, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
     def unlink(self, name: str, dir_fd: int) -> None:
         """Remove the name *name* (a link is removed, never followed)."""
         os.unlink(name, dir_fd=dir_fd)
@@ -236,6 +241,22 @@ class FileSystem:
                 return b"".join(chunks)
             chunks.append(chunk)
             offset += len(chunk)
+
+    def open_appending(self, name: str, dir_fd: int) -> tuple[int, bool]:
+        """Open *name* to append (``O_APPEND``: concurrent writers' lines never overlap),
+        creating it (``0600``) when missing; return the descriptor and whether this call
+        created the file (its directory entry then still needs an fsync)."""
+        flags = os.O_RDWR | os.O_APPEND
+        try:
+            return self.open_file(name, dir_fd, flags), False
+        except FileNotFoundError:
+            pass
+        created = True
+        try:
+            self.close(self.create(name, dir_fd))
+        except FileExistsError:
+            created = False  # another writer made it meanwhile
+        return self.open_file(name, dir_fd, flags), created
 
     def last_line_start(self, fd: int, size: int) -> int:
         """Return where the last line of a file of *size* bytes starts; the file must end

@@ -38,6 +38,7 @@ __all__ = [
     "committed_end",
     "frame_batch",
     "header_line",
+    "incarnation_of",
     "parse_header",
     "parse_line",
     "quarantine_name",
@@ -262,6 +263,17 @@ def quarantine_name(stamp: str) -> str:
 def stat_key(status: os.stat_result) -> tuple[int, int, int, int, int]:
     """Return what identifies one state of a file: device, inode, size, mtime, ctime."""
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def incarnation_of(line: bytes | None) -> str:
+    """Return the incarnation token a header line holds ("" when it holds none)."""
+    if line is None:
+        return ""
+    value = parse_line(line)
+    if type(value) is dict and type(value.get(INCARNATION_KEY)) is str:
+        token: str = value[INCARNATION_KEY]
+        return token
+    return ""
 
 
 def revision_of(incarnation: str, status: os.stat_result) -> str:

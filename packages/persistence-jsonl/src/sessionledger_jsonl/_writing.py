@@ -32,7 +32,9 @@ from sessionledger_jsonl._format import (
     committed_end,
     frame_batch,
     header_line,
+    incarnation_of,
     quarantine_name,
+    revision_of,
 )
 
 __all__ = ["Writers"]
@@ -59,6 +61,7 @@ class _Writer:
     next_seq: int | None = None
     dirty: bool = False
     header: bytes = b""  # the header line, while no batch follows it (a cut took them all)
+    incarnation: str = ""  # the header's token: with the file's status, the log's revision
 
 
 class Writers:
@@ -79,8 +82,9 @@ class Writers:
 
     # -- the primitives -------------------------------------------------------------------
 
-    def create(self, batch: Batch) -> bool:
-        """Publish a new log holding the header and *batch*; False if one exists."""
+    def create(self, batch: Batch) -> str | None:
+        """Publish a new log holding the header and *batch* and return its revision; None
+        if one exists."""
         header = batch.header
         session_id = header.id
         existing = self._directories.find(session_id)
@@ -88,7 +92,7 @@ class Writers:
             # Maybe this very batch, published by a call whose end was lost: it may count
             # as landed only once everything its directory entries depend on is durable.
             self._make_entries_durable(existing)
-            return False
+            return None
         place = self._directories.home(header)
         system = self._system
         directory = system.make_dirs(self._directories.root, place, fsync=self._fsync)
@@ -98,19 +102,20 @@ class Writers:
                 self._lock(session_id, place)
             except SessionLockedError:
                 if system.kind(LOG_NAME, directory) == "file":
-                    return False  # another writer published it, and holds it
+                    return None  # another writer published it, and holds it
                 raise
+            incarnation = secrets.token_hex(8)
             content = frame_batch(
                 batch.records,
                 batch.first_seq,
                 batch.end_seq,
-                prefix=header_line(header, secrets.token_hex(8)),
+                prefix=header_line(header, incarnation),
             )
             try:
-                self._publish(directory, content)
+                status = self._publish(directory, content)
             except FileExistsError:
                 self._claims.release(session_id)
-                return False
+                return None
             except HardLinkUnsupportedError as error:
                 self._claims.release(session_id)
                 raise ConfigError(
@@ -126,17 +131,21 @@ class Writers:
             system.close(directory)
         self._make_root_durable()
         self._directories.remember(session_id, place)
-        self._held[session_id] = _Writer(place, len(content), batch.end_seq)
-        return True
+        self._held[session_id] = _Writer(
+            place, len(content), batch.end_seq, incarnation=incarnation
+        )
+        return revision_of(incarnation, status)
 
-    def append(self, batch: Batch) -> bool:
-        """Append *batch* to a published log; False if the log does not end at its first
-        seq (changed behind this store, or cut)."""
+    def append(self, batch: Batch) -> str | None:
+        """Append *batch* to a published log and return the log's revision once it is
+        durable; None if the log does not end at its first seq (changed behind this
+        store, or cut)."""
         return self._append(self._acquire(batch.header.id), batch)
 
-    def repair(self, repair: Repair) -> RepairReceipt | None:
+    def repair(self, repair: Repair) -> tuple[RepairReceipt, str] | None:
         """Quarantine and cut the log at ``repair.cut_at``, then append the closers, if the
-        log is still at ``repair.revision``; None (nothing changed) otherwise."""
+        log is still at ``repair.revision``, and return the receipt and the log's new
+        revision; None (nothing changed) otherwise."""
         writer = self._acquire(repair.header.id)
         if self._directories.revision_at(writer.place) != repair.revision:
             return None
@@ -144,9 +153,15 @@ class Writers:
         if repair.cut_at is not None:
             receipt = self._cut(writer, repair.cut_at)
             failpoint("jsonl.repair.after-cut")
-        if repair.closers is not None and not self._append(writer, repair.closers):
-            return None
-        return receipt
+        if repair.closers is not None:
+            revision = self._append(writer, repair.closers)
+            if revision is None:
+                return None
+        else:
+            revision = self._directories.revision_at(writer.place)
+            if revision is None:
+                raise SessionNotFoundError("the session's log is gone", session_id=repair.header.id)
+        return receipt, revision
 
     def delete(self, session_id: str) -> bool:
         """Remove the session's directory and everything in it; False when it has none."""
@@ -198,8 +213,10 @@ class Writers:
 
     # -- publishing -------------------------------------------------------------------------
 
-    def _publish(self, directory: int, content: bytes) -> None:
-        """Create ``session.jsonl`` holding *content*, all at once or not at all.
+    def _publish(self, directory: int, content: bytes) -> os.stat_result:
+        """Create ``session.jsonl`` holding *content*, all at once or not at all, and
+        return its status once published (the revision's part: ``link`` and the temp
+        file's ``unlink`` change its ctime).
 
         The bytes go to a fresh temp file, which is made durable and then hard-linked to
         the log's name: ``link`` never replaces, so an existing log raises
@@ -233,6 +250,11 @@ class Writers:
         if self._fsync:
             system.fsync(directory)
         failpoint("jsonl.publish.after-dir-fsync")
+        fd = system.open_file(LOG_NAME, directory)
+        try:
+            return system.status(fd)
+        finally:
+            system.close(fd)
 
     def _make_entries_durable(self, place: Place) -> None:
         """fsync the session directory and every directory above it."""
@@ -276,15 +298,15 @@ class Writers:
             finally:
                 system.close(fd)
 
-    def _append(self, writer: _Writer, batch: Batch) -> bool:
+    def _append(self, writer: _Writer, batch: Batch) -> str | None:
         system = self._system
         with self._log(writer) as (_, fd):
             if not self._is_as_left(writer, fd):
-                return False
+                return None
             if writer.next_seq is None:
                 writer.next_seq = self._stored_next_seq(writer, fd)
             if writer.next_seq != batch.first_seq:
-                return False
+                return None
             # The first batch's checksum covers the header line (docs/formats.md).
             body = frame_batch(batch.records, batch.first_seq, batch.end_seq, covered=writer.header)
             failpoint("jsonl.append.before-write")
@@ -297,10 +319,11 @@ class Writers:
             except OSError as error:
                 self._roll_back(writer, fd, error)
                 raise
+            status = system.status(fd)
         writer.size += len(body)
         writer.next_seq = batch.end_seq
         writer.header = b""
-        return True
+        return revision_of(writer.incarnation, status)
 
     def _roll_back(self, writer: _Writer, fd: int, error: OSError) -> None:
         """Cut a failed append back, so a retry of the batch cannot duplicate its seqs."""
@@ -391,6 +414,7 @@ class Writers:
         try:
             with self._log(_Writer(place, 0)) as (_, fd):
                 size = self._system.size(fd)
+                incarnation = incarnation_of(self._system.first_line(fd))
         except FileNotFoundError as error:
             self._claims.release(session_id)
             raise SessionNotFoundError(
@@ -399,7 +423,7 @@ class Writers:
         except BaseException:
             self._claims.release(session_id)
             raise
-        writer = self._held[session_id] = _Writer(place, size)
+        writer = self._held[session_id] = _Writer(place, size, incarnation=incarnation)
         return writer
 
     def _lock(self, session_id: str, place: Place) -> None:

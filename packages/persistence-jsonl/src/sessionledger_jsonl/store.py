@@ -5,7 +5,9 @@ whose first line is the header and every later line one storage record (an event
 or a packed chunk row). ``JsonlLogStore`` implements only the storage primitives; every policy
 (committed region, torn tails, repair, version and identity checks, sequencing, how a
 refusal is worded) is the core's. Finding and reading logs is ``_directories``; writing
-them, under a per-session ``flock``, is ``_writing``.
+them, under a per-session ``flock``, is ``_writing``. Summaries for listing come from the
+store's summary index (``_index``), trusted only at the revision each entry names; prune
+records itself in the audit log (``_audit``). Search reads every log (no text index).
 
 All file I/O runs in worker threads; OSErrors are translated in one place (``_run``).
 """
@@ -14,17 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, final
 
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
+from sessionledger.listing import StoredSummary
 from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
+from sessionledger.searching import IndexedText
+from sessionledger.summaries import SessionSummary
 from sessionledger_jsonl import _files
+from sessionledger_jsonl._audit import AuditLog
 from sessionledger_jsonl._directories import SessionDirectories
 from sessionledger_jsonl._files import FileSystem
+from sessionledger_jsonl._index import SummaryIndex, summary_rows
 from sessionledger_jsonl._writing import Writers
 
 __all__ = ["JsonlLogStore", "JsonlPersistence"]
@@ -42,6 +49,7 @@ class JsonlLogStore(LogStore):
 
     scheme = "jsonl"
     can_tear = True
+    keeps_audit = True
 
     def __init__(
         self,
@@ -61,6 +69,9 @@ class JsonlLogStore(LogStore):
         self.fsync: Final = fsync
         self._directories = SessionDirectories(filesystem or FileSystem(), self.root)
         self._writers = Writers(self._directories, fsync=fsync)
+        system = self._directories.system
+        self._index = SummaryIndex(system, self.root, fsync=fsync)
+        self._audit = AuditLog(system, self.root, fsync=fsync)
 
     def __repr__(self) -> str:
         return f"JsonlLogStore({self.root!r})"
@@ -111,11 +122,73 @@ class JsonlLogStore(LogStore):
         return await self._run(None, self._directories.list_headers)
 
     async def write_batch(self, batch: Batch) -> bool:
+        return await self._run(batch.header.id, self._write_batch, batch)
+
+    def _write_batch(self, batch: Batch) -> bool:
         write = self._writers.create if batch.creates else self._writers.append
-        return await self._run(batch.header.id, write, batch)
+        revision = write(batch)
+        if revision is None:
+            return False
+        if batch.summary is not None:  # only once the batch is durable
+            self._index.append(batch.header.id, revision, batch.summary)
+        return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
-        return await self._run(repair.header.id, self._writers.repair, repair)
+        return await self._run(repair.header.id, self._commit_repair, repair)
+
+    def _commit_repair(self, repair: Repair) -> RepairReceipt | None:
+        done = self._writers.repair(repair)
+        if done is None:
+            return None
+        receipt, revision = done
+        if repair.summary is not None:
+            self._index.append(repair.header.id, revision, repair.summary)
+        return receipt
+
+    async def list_summaries(self) -> list[StoredSummary]:
+        return await self._run(None, self._list_summaries)
+
+    def _list_summaries(self) -> list[StoredSummary]:
+        listed = self._directories.list_headers()
+        entries, lines = self._index.read()
+        rows = summary_rows(listed, entries)
+        if self._index.needs_compaction(lines, len(rows)):
+            self._index.compact(
+                (header["id"], revision, summary)
+                for header, revision, summary in rows
+                if summary is not None
+            )
+        return [StoredSummary(header, revision, summary) for header, revision, summary in rows]
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        await self._run(session_id, self._save_if_current, session_id, revision, summary)
+
+    def _save_if_current(self, session_id: str, revision: str, summary: SessionSummary) -> bool:
+        """Add the entry if the log is still at *revision* (an older one would only shadow
+        a newer entry)."""
+        if self._directories.read_revision(session_id) != revision:
+            return False
+        self._index.append(session_id, revision, summary)
+        return True
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        # No text index: only the summary entry is rewritten.
+        return await self._run(header.id, self._save_if_current, header.id, revision, summary)
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        return await self._run(session_id, self._directories.stored_bytes, session_id)
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        await self._run(None, self._audit.append, record)
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        return await self._run(None, self._audit.read)
 
     async def delete_log(self, session_id: str) -> bool:
         return await self._run(session_id, self._writers.delete, session_id)

@@ -9,7 +9,10 @@ query parameters that belong to sessionledger and are removed before asyncpg see
 - ``schema`` — the PostgreSQL schema holding the tables (default ``sessionledger``);
 - ``pool_min_size`` / ``pool_max_size`` — connections kept open / at most (1 / 8);
 - ``exclusive`` — accepted as ``true`` only: every session has one writer, always;
-- ``connect_timeout`` / ``command_timeout`` — seconds (10 / none).
+- ``connect_timeout`` / ``command_timeout`` — seconds (10 / none);
+- ``upgrade`` — ``1`` upgrades a schema of the previous release (v1) in place on first
+  use, in one transaction (docs/formats.md, "PostgreSQL"); without it such a schema is
+  refused (``FORMAT_OLDER``).
 
 Every other parameter goes to asyncpg unchanged (``host``, ``port``, ``sslmode``,
 ``passfile``…; names asyncpg does not know become server settings, such as
@@ -67,6 +70,7 @@ _OPTIONS: Final[Mapping[str, Callable[[str, str], Any]]] = {
     "exclusive": _flag,
     "connect_timeout": _seconds,
     "command_timeout": _seconds,
+    "upgrade": _flag,
 }
 
 

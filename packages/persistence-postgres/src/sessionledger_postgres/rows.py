@@ -1,4 +1,4 @@
-"""Rows of the ``sessions`` and ``events`` tables <-> the core's storage records.
+"""Rows of the ``sessions``, ``events`` and ``search_text`` tables <-> the core's records.
 
 The logical columns are SQLite's, and the mapping is the core's (``sessionledger.rows``,
 shared by the SQL backends); this module adds what is PostgreSQL's own: ``text`` columns
@@ -14,6 +14,8 @@ import asyncpg
 
 from sessionledger import rows as core_rows
 from sessionledger.errors import JsonValueError
+from sessionledger.searching import IndexedText
+from sessionledger.summaries import SessionSummary
 
 __all__ = [
     "batch_columns",
@@ -24,6 +26,10 @@ __all__ = [
     "plain_text",
     "revision_string",
     "row_end",
+    "searchable",
+    "summary_columns",
+    "summary_from_columns",
+    "text_columns",
     "storage_record",
     "text_flaw",
 ]
@@ -82,3 +88,42 @@ def storage_record(row: asyncpg.Record | Sequence[Any]) -> Any:
 def row_end(tail: asyncpg.Record | Sequence[Any] | None) -> int:
     """Return the next seq after the last stored row (0 when there is none)."""
     return 0 if tail is None else core_rows.row_end(*tail)
+
+
+def summary_columns(summary: SessionSummary | None, created_at: int) -> tuple[int | None, ...]:
+    """Return the ``sessions`` summary columns: events, first_activity, last_activity,
+    open_turn. No summary stores ``events`` NULL (untrusted: listing rebuilds it); the
+    last activity of a session without events is its creation time, as listing sorts."""
+    if summary is None:
+        return (None, None, created_at, None)
+    last = created_at if summary.last_activity is None else summary.last_activity
+    return (summary.events, summary.first_activity, last, summary.open_turn)
+
+
+def summary_from_columns(
+    events: int | None, first: int | None, last: int | None, open_turn: int | None
+) -> SessionSummary | None:
+    """Return the stored summary, or None when the store holds none it trusts. The stored
+    last activity of a session without events is its creation time: the summary's is None."""
+    if events is None:
+        return None
+    return SessionSummary(events, first, last if events else None, open_turn)
+
+
+def searchable(text: str) -> str:
+    """Return *text* as the index can hold it: U+0000 and lone surrogates (which
+    PostgreSQL text cannot store) become spaces, which separate words just as they do."""
+    if text_flaw(text) is None:
+        return text
+    return "".join(" " if char == "\0" or "\ud800" <= char <= "\udfff" else char for char in text)
+
+
+def text_columns(texts: Sequence[IndexedText]) -> list[list[Any]]:
+    """Turn indexed texts into the four parallel arrays an insert unnests: seq, type,
+    time, text."""
+    return [
+        [item.seq for item in texts],
+        [item.type for item in texts],
+        [item.time for item in texts],
+        [searchable(item.text) for item in texts],
+    ]

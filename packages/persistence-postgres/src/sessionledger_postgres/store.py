@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import math
-import os
-import socket
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -46,146 +42,36 @@ from sessionledger.errors import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.logstore import Batch, LogStore, RawLog, RawRecord, Repair, RepairReceipt
+from sessionledger.events import SessionHeader
+from sessionledger.listing import SessionQuery, StoredSummary
+from sessionledger.logstore import (
+    Batch,
+    LogStore,
+    RawLog,
+    RawRecord,
+    Repair,
+    RepairReceipt,
+    SearchRow,
+)
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
-from sessionledger_postgres import rows
+from sessionledger.searching import IndexedText, TextQuery
+from sessionledger.summaries import SessionSummary
+from sessionledger_postgres import claims, options, queries, rows
 from sessionledger_postgres import schema as schema_module
-from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name, quote
+from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
+from sessionledger_postgres.statements import Statements
+from sessionledger_postgres.upgrade import upgrade_v1
 
 __all__ = ["PostgresLogStore", "PostgresPersistence"]
 
-_HEADER_COLUMNS: Final = (
-    "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
-)
-_EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, ignorable"
-# The batch travels as seven parallel arrays: one message, one statement, any batch size.
-_UNNEST: Final = (
-    "unnest({0}::bigint[], {1}::text[], {2}::bigint[], {3}::text[], {4}::text[], {5}::text[], "
-    "{6}::smallint[]) AS r (seq, type, time, data, source_event_seqs, surface_op, ignorable)"
-)
 _GRACEFUL_CLOSE_S: Final = 10.0
 _SYNCHRONOUS_COMMIT: Final = "SELECT current_setting('synchronous_commit')"
-_TRY_LOCK: Final = "SELECT pg_try_advisory_lock($1::bigint)"
-_UNLOCK: Final = "SELECT pg_advisory_unlock($1::bigint)"
-# Who holds a bigint advisory lock: its key is split into classid (high half) and objid
-# (low half), objsubid 1. pg_stat_activity shows another role's application_name only to
-# members of pg_read_all_stats; the holder is then unknown.
-_HOLDER: Final = (
-    "SELECT a.application_name, a.backend_start FROM pg_locks l "
-    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 LIMIT 1"
-)
-#: application_name holds at most 63 bytes.
-_NAME_BYTES: Final = 63
-
-
-class _Statements:
-    """The SQL text of one store, with its schema name spelled in (names cannot be bound)."""
-
-    def __init__(self, schema: str) -> None:
-        s = quote(schema)
-        into_events = f"INSERT INTO {s}.events (session_id, {_EVENT_COLUMNS}) "
-        self.select_session = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM {s}.sessions WHERE id = $1"
-        )
-        self.select_headers = (
-            f"SELECT {_HEADER_COLUMNS}, incarnation, revision FROM {s}.sessions "
-            "ORDER BY created_at, id"
-        )
-        self.select_events = (
-            f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE session_id = $1 ORDER BY seq"
-        )
-        # Start at the row that covers from_seq: a packed row can begin before it.
-        self.select_events_from = (
-            f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE session_id = $1 AND seq >= "
-            f"coalesce((SELECT max(seq) FROM {s}.events WHERE session_id = $1 AND seq <= $2), 0) "
-            "ORDER BY seq"
-        )
-        # Materialize: the header row and the first batch in one statement. A concurrent
-        # creator makes ON CONFLICT insert nothing, so no event row is inserted either.
-        self.materialize = (
-            f"WITH created AS (INSERT INTO {s}.sessions ({_HEADER_COLUMNS}, incarnation, "
-            "revision, next_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, $11) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id) "
-            f"{into_events}SELECT created.id, r.* FROM created, "
-            + _UNNEST.format("$12", "$13", "$14", "$15", "$16", "$17", "$18")
-        )
-        # Append: the stale-writer check, the revision bump and the rows in one statement
-        # (docs/durability.md). Under READ COMMITTED a writer that waited for the row lock
-        # re-evaluates next_seq = $3 on the winner's row version and updates nothing.
-        self.advance = (
-            f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1 "
-            "WHERE id = $1 AND next_seq = $3 RETURNING id) "
-            f"{into_events}SELECT advanced.id, r.* FROM advanced, "
-            + _UNNEST.format("$4", "$5", "$6", "$7", "$8", "$9", "$10")
-        )
-        self.revision = f"SELECT incarnation, revision FROM {s}.sessions WHERE id = $1"
-        self.lock_session = f"{self.revision} FOR UPDATE"
-        self.delete_tail = f"DELETE FROM {s}.events WHERE session_id = $1 AND seq >= $2"
-        self.count_tail = f"SELECT count(*) FROM {s}.events WHERE session_id = $1 AND seq >= $2"
-        self.select_tail = (
-            f"SELECT seq, ignorable, data FROM {s}.events WHERE session_id = $1 "
-            "ORDER BY seq DESC LIMIT 1"
-        )
-        self.set_end = (
-            f"UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1 WHERE id = $1"
-        )
-        self.delete = f"DELETE FROM {s}.sessions WHERE id = $1 RETURNING 1"
 
 
 def _count(status: str) -> int:
     """Return the row count of a command status such as ``INSERT 0 12``."""
     return int(status.rsplit(" ", 1)[-1])
-
-
-def _redact(dsn: str) -> str:
-    """Return *dsn* without its password and query, for messages."""
-    try:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc.rpartition("@")
-        user = netloc[0].partition(":")[0]
-        host = f"{user}@{netloc[2]}" if netloc[1] else netloc[2]
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
-    except ValueError:
-        return "postgresql://?"
-
-
-def _lock_key(schema: str, session_id: str) -> int:
-    """Return the 64-bit advisory-lock key of one session of one schema."""
-    text = f"{schema}\0{session_id}".encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
-
-
-def _holder_name() -> str:
-    """The lock connection's ``application_name``: who holds its sessions."""
-    name = f"sessionledger pid {os.getpid()} on {socket.gethostname()}"
-    return name.encode("utf-8")[:_NAME_BYTES].decode("utf-8", "ignore")
-
-
-def _key_halves(key: int) -> tuple[int, int]:
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
-    return unsigned >> 32, unsigned & 0xFFFF_FFFF
-
-
-def _check_options(
-    pool_min_size: int, pool_max_size: int, connect_timeout: float, command_timeout: float | None
-) -> None:
-    for name, size, low in (
-        ("pool_min_size", pool_min_size, 0),
-        ("pool_max_size", pool_max_size, 1),
-    ):
-        if type(size) is not int or size < low:
-            raise ConfigError(f"{name} must be an integer >= {low}, got {size!r}")
-    if pool_min_size > pool_max_size:
-        raise ConfigError(f"pool_min_size {pool_min_size} exceeds pool_max_size {pool_max_size}")
-    timeouts = [("connect_timeout", connect_timeout)]
-    if command_timeout is not None:
-        timeouts.append(("command_timeout", command_timeout))
-    for name, value in timeouts:
-        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 @final
@@ -197,6 +83,8 @@ class PostgresLogStore(LogStore):
     quarantines = False  # a repair that would delete rows is refused
     max_row_members = 1024
     max_row_bytes = 1 << 20
+    indexes_text = True  # search_text, written with each batch
+    keeps_audit = True  # the audit table
 
     def __init__(
         self,
@@ -208,23 +96,27 @@ class PostgresLogStore(LogStore):
         exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
+        upgrade: bool = False,
     ) -> None:
         if type(dsn) is not str or urlsplit(dsn).scheme not in ("postgresql", "postgres"):
             raise ConfigError(f"expected a postgresql:// URL, got {dsn!r}")
-        _check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
+        options.check_options(pool_min_size, pool_max_size, connect_timeout, command_timeout)
         if exclusive is not True:
             raise ConfigError(
                 f"exclusive={exclusive!r}: every session has one writer, always (see "
                 "docs/durability.md); the option remains only so that exclusive=true keeps "
                 "working"
             )
+        if type(upgrade) is not bool:
+            raise ConfigError(f"upgrade must be true or false, got {upgrade!r}")
         self._dsn = dsn
+        self._upgrade = upgrade
         self._schema = check_schema_name(schema)
-        self._sql = _Statements(self._schema)
+        self._sql = Statements(self._schema)
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._connect_timeout = float(connect_timeout)
         self._command_timeout = None if command_timeout is None else float(command_timeout)
-        self._location = f"{_redact(dsn)} (schema {self._schema})"
+        self._location = f"{options.redact(dsn)} (schema {self._schema})"
         self._pool: asyncpg.Pool | None = None
         self._gate = asyncio.Lock()
         self._shut = False
@@ -239,7 +131,7 @@ class PostgresLogStore(LogStore):
         return self._schema
 
     def __repr__(self) -> str:
-        return f"PostgresLogStore({_redact(self._dsn)!r}, schema={self._schema!r})"
+        return f"PostgresLogStore({options.redact(self._dsn)!r}, schema={self._schema!r})"
 
     # -- pool, connections and errors ------------------------------------------------------
 
@@ -268,7 +160,9 @@ class PostgresLogStore(LogStore):
             pool = await self._create_pool(None)
             try:
                 async with pool.acquire() as conn:
-                    await schema_module.prepare(conn, self._schema)
+                    await schema_module.prepare(
+                        conn, self._schema, upgrade_v1 if self._upgrade else None
+                    )
                     durable = await conn.fetchval(_SYNCHRONOUS_COMMIT) != "off"
                 if not durable:
                     # The server (or the URL) acknowledges commits before they are flushed;
@@ -358,22 +252,24 @@ class PostgresLogStore(LogStore):
                         session_id=session_id,
                     )
                 return
-            key = _lock_key(self._schema, session_id)
+            key = claims.lock_key(self._schema, session_id)
             try:
                 if conn is None or conn.is_closed():
                     self._held.clear()  # locks die with their connection
                     conn = self._lock_conn = await asyncpg.connect(
                         self._dsn,
                         timeout=self._connect_timeout,
-                        server_settings={"application_name": _holder_name()},
+                        server_settings={"application_name": claims.holder_name()},
                     )
-                taken = await conn.fetchval(_TRY_LOCK, key)
-                holder = None if taken else await conn.fetchrow(_HOLDER, *_key_halves(key))
+                taken = await conn.fetchval(claims.TRY_LOCK, key)
+                holder = (
+                    None if taken else await conn.fetchrow(claims.HOLDER, *claims.key_halves(key))
+                )
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 raise self._translate(error, session_id) from error
             if not taken:
                 raise SessionLockedError(
-                    f"another writer holds the session ({_describe(holder)}); it is released "
+                    f"another writer holds the session ({claims.describe(holder)}); it is released "
                     "when that writer releases or closes it, or its process ends",
                     session_id=session_id,
                 )
@@ -387,7 +283,7 @@ class PostgresLogStore(LogStore):
             self._held.discard(session_id)
             if conn is not None and not conn.is_closed():
                 with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await conn.fetchval(_UNLOCK, _lock_key(self._schema, session_id))
+                    await conn.fetchval(claims.UNLOCK, claims.lock_key(self._schema, session_id))
 
     # -- storage primitives ----------------------------------------------------------------
 
@@ -429,6 +325,8 @@ class PostgresLogStore(LogStore):
         # Serialize before touching the server: a value that cannot be stored writes nothing.
         rows.plain_text(session_id, "session id", session_id)
         columns = rows.batch_columns(session_id, batch.records)
+        summary = rows.summary_columns(batch.summary, header.created_at)
+        texts = rows.text_columns(batch.texts)
         await self._hold(session_id)  # the policy claimed it; this checks the claim holds
         async with self.connection(session_id) as conn:
             if batch.creates:
@@ -446,10 +344,18 @@ class PostgresLogStore(LogStore):
                     uuid.uuid4().hex,
                     batch.end_seq,
                     *columns,
+                    *summary,
+                    *texts,
                 )
             else:
                 status = await conn.execute(
-                    self._sql.advance, session_id, batch.end_seq, batch.first_seq, *columns
+                    self._sql.advance,
+                    session_id,
+                    batch.end_seq,
+                    batch.first_seq,
+                    *columns,
+                    *summary,
+                    *texts,
                 )
         return _count(status) > 0
 
@@ -457,6 +363,8 @@ class PostgresLogStore(LogStore):
         session_id = repair.header.id
         closers = repair.closers
         columns = None if closers is None else rows.batch_columns(session_id, closers.records)
+        created_at = repair.header.created_at
+        summary = rows.summary_columns(repair.summary, created_at)
         await self._hold(session_id)
         try:
             async with self.connection(session_id) as conn, conn.transaction():
@@ -474,12 +382,21 @@ class PostgresLogStore(LogStore):
                     await conn.execute(self._sql.delete_tail, session_id, repair.cut_at)
                     end = rows.row_end(await conn.fetchrow(self._sql.select_tail, session_id))
                     await conn.execute(self._sql.set_end, session_id, end)
+                if repair.kept_events is not None:
+                    await conn.execute(self._sql.delete_texts_from, session_id, repair.kept_events)
                 if closers is not None and columns is not None:
                     status = await conn.execute(
-                        self._sql.advance, session_id, closers.end_seq, closers.first_seq, *columns
+                        self._sql.advance,
+                        session_id,
+                        closers.end_seq,
+                        closers.first_seq,
+                        *columns,
+                        *summary,
+                        *rows.text_columns(closers.texts),
                     )
                     if _count(status) == 0:
                         raise _Refused  # rolls the cut back too
+                await conn.execute(self._sql.set_summary, session_id, *summary)
         except _Refused:
             return None
         return RepairReceipt()
@@ -495,6 +412,110 @@ class PostgresLogStore(LogStore):
 
     async def release(self, session_id: str) -> None:
         await self._release(session_id)
+
+    # -- listing, search, retention (docs/listing.md) -------------------------------------
+
+    async def list_summaries(self) -> list[StoredSummary]:
+        async with self.connection() as conn:
+            found = await conn.fetch(self._sql.select_summaries)
+        return [queries.stored_summary(row) for row in found]
+
+    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        if rows.text_flaw(session_id) is not None:
+            return
+        async with self.connection(session_id) as conn, conn.transaction():
+            current = await conn.fetchrow(self._sql.lock_summary, session_id)
+            if current is None or rows.revision_string(current[0], current[1]) != revision:
+                return  # changed meanwhile: the writer stored a newer summary
+            await conn.execute(
+                self._sql.set_summary, session_id, *rows.summary_columns(summary, current[2])
+            )
+
+    async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
+        """Answer *query* in SQL, each row checked with the core's rule (``queries``);
+        None (the policy answers) while a summary is untrusted or for a filter no SQL
+        parameter can carry."""
+        built = queries.listing(self._sql.listing, query)
+        if built is None:
+            return None
+        sql, args = built
+        wanted = None if query.limit is None else query.limit + 1
+        chosen: list[StoredSummary] = []
+        async with (
+            self.connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            if await conn.fetchval(self._sql.unsummarized):
+                return None  # the policy rebuilds and saves them, then the index answers
+            prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
+            async for row in conn.cursor(sql, *args, prefetch=prefetch):
+                stored = queries.stored_summary(row)
+                if not queries.listable(stored, query):
+                    continue
+                chosen.append(stored)
+                if wanted is not None and len(chosen) >= wanted:
+                    break
+        return chosen
+
+    async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
+        """Answer *query* from the GIN index (``queries.search``)."""
+        if query.session is not None and rows.text_flaw(query.session) is not None:
+            return []  # no stored session has such an id
+        sql, args = queries.search(self._sql.search, query)
+        async with self.connection(query.session) as conn:
+            found = await conn.fetch(sql, *args)
+        return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
+
+    async def rewrite_index(
+        self,
+        header: SessionHeader,
+        revision: str,
+        summary: SessionSummary,
+        texts: Sequence[IndexedText],
+    ) -> bool:
+        session_id = header.id
+        if rows.text_flaw(session_id) is not None:
+            return False
+        columns = rows.text_columns(texts)
+        async with self.connection(session_id) as conn, conn.transaction():
+            current = await conn.fetchrow(self._sql.lock_summary, session_id)
+            if current is None or rows.revision_string(current[0], current[1]) != revision:
+                return False
+            await conn.execute(
+                self._sql.set_summary, session_id, *rows.summary_columns(summary, current[2])
+            )
+            await conn.execute(self._sql.delete_texts, session_id)
+            if texts:
+                await conn.execute(self._sql.insert_texts, session_id, *columns)
+        return True
+
+    async def stored_bytes(self, session_id: str) -> int | None:
+        """Return the stored size of the session's rows (``pg_column_size`` of its
+        ``sessions``, ``events`` and ``search_text`` rows, compressed as stored), without
+        per-row headers and index entries: what deleting it frees, roughly."""
+        if rows.text_flaw(session_id) is not None:
+            return None
+        async with self.connection(session_id) as conn:
+            size = await conn.fetchval(self._sql.stored_bytes, session_id)
+        return None if size is None else int(size)
+
+    async def append_audit(self, record: Mapping[str, Any]) -> None:
+        text = rows.json_text(record)  # JSON escapes U+0000: the text column can hold it
+        async with self.connection() as conn:
+            await conn.execute(self._sql.append_audit, text)  # autocommit: durable on return
+
+    async def read_audit(self) -> list[Mapping[str, Any]]:
+        async with self.connection() as conn:
+            found = await conn.fetch(self._sql.read_audit)
+        records: list[Mapping[str, Any]] = []
+        for row in found:
+            try:
+                records.append(rows.parse_json(row[0]))
+            except ValueError as error:
+                raise CorruptLogError(
+                    f"an audit record is not JSON: {error}", path=self._location
+                ) from error
+        return records
 
     async def close(self) -> None:
         async with self._gate:
@@ -513,16 +534,6 @@ class PostgresLogStore(LogStore):
                 pool.terminate()
 
 
-def _describe(holder: asyncpg.Record | None) -> str:
-    """Name a lock holder from its connection's application name and start time."""
-    if holder is None or not holder[0]:
-        return "holder unknown"
-    since = (
-        "" if holder[1] is None else f", connected since {holder[1].isoformat(timespec='seconds')}"
-    )
-    return f"{str(holder[0])[:_NAME_BYTES]}{since}"
-
-
 class _Refused(Exception):
     """The closers of a repair did not continue the log: roll the repair back."""
 
@@ -537,7 +548,8 @@ class PostgresPersistence(SessionPersistence):
     PostgreSQL schema holding the tables; *pool_min_size* / *pool_max_size* size the
     connection pool; *connect_timeout* and *command_timeout* are in seconds. Each store
     object keeps one more connection, holding its sessions' claims (see the module docs);
-    *exclusive* remains for compatibility and must be true.
+    *exclusive* remains for compatibility and must be true. *upgrade* lets the first use
+    upgrade a schema of the previous release (v1) in place (docs/formats.md, PostgreSQL).
     """
 
     def __init__(
@@ -551,6 +563,7 @@ class PostgresPersistence(SessionPersistence):
         exclusive: bool = True,
         connect_timeout: float = 10.0,
         command_timeout: float | None = None,
+        upgrade: bool = False,
     ) -> None:
         self._postgres = PostgresLogStore(
             dsn,
@@ -560,6 +573,7 @@ class PostgresPersistence(SessionPersistence):
             exclusive=exclusive,
             connect_timeout=connect_timeout,
             command_timeout=command_timeout,
+            upgrade=upgrade,
         )
         super().__init__(self._postgres, event_types=event_types)
 

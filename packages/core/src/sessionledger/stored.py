@@ -1,0 +1,50 @@
+"""What reading and repairing a stored session returns: ``StoredSession``, ``SalvageReport``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import final
+
+from sessionledger.committed import TornTail
+from sessionledger.events import SessionEvent, SessionHeader
+
+__all__ = ["SalvageReport", "StoredSession"]
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredSession:
+    """A stored session as read: header, events and the storage revision they came from.
+
+    ``torn_batches`` counts the trailing batches of a torn tail the read left out (an
+    ``inspect`` drops them from its view; a ``load`` moved them into quarantine), and
+    ``torn_tail`` says what it holds (and, after a load, where it went).
+    """
+
+    header: SessionHeader
+    events: tuple[SessionEvent, ...]
+    revision: str
+    torn_batches: int = 0
+    torn_tail: TornTail | None = None
+
+
+@final
+@dataclasses.dataclass(frozen=True, slots=True)
+class SalvageReport:
+    """What ``salvage`` did: the intact prefix it kept, exactly what it moved aside (the
+    medium's batches and records, the seqs among them that still decode, their bytes and
+    where they went), and how many crash-repair closers it appended after the cut."""
+
+    session_id: str
+    kept_events: int
+    moved_batches: int
+    moved_records: int
+    moved_seqs: tuple[int, int] | None
+    moved_bytes: int
+    quarantine: str | None
+    closers: int
+
+    @property
+    def moved(self) -> bool:
+        """Whether anything was moved aside (False: the log had no damage to cut)."""
+        return self.moved_records > 0
