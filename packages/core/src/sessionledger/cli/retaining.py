@@ -16,6 +16,7 @@ from typing import Any, Final
 from rich.table import Table
 from rich.text import Text
 
+from sessionledger import jsoncodec
 from sessionledger.cli.render import local_datetime, make_console, write_json
 from sessionledger.cli.stores import opened_store, store_is_missing
 from sessionledger.cli.words import plural
@@ -60,11 +61,8 @@ def describe_criteria(criteria: Mapping[str, Any]) -> str:
 
 
 def _json_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    return (
-        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    )
+    """A meta value as ``--meta KEY=VALUE`` takes it: text bare, anything else as JSON."""
+    return value if isinstance(value, str) else jsoncodec.dumps(value).decode()
 
 
 async def prune(args: argparse.Namespace) -> int:
