@@ -45,6 +45,8 @@ COMMANDS = {
     "show": ["show", "{id}", "--json"],
     "messages": ["messages", "{id}", "--json"],
     "verify": ["verify", "--all"],
+    "search": ["search", "hello", "--json"],
+    "audit": ["audit", "--json"],
 }
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import importlib.metadata as metadata
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -144,6 +145,15 @@ def assert_user_error(result: Run, code: str) -> None:
     assert len(lines) == 1, result.err
     assert lines[0].startswith(f"error: {code}: "), result.err
     assert "Traceback" not in result.err
+
+
+def listed_rows(result: Run) -> list[dict[str, Any]]:
+    """The rows of ``ls --json`` (a page: ``{"sessions": [...], "next": ...}``) by id: the
+    sessions' order is their last activity, which a test writing them at once cannot fix."""
+    assert result.code == 0, result.err
+    page = result.json()
+    assert set(page) == {"sessions", "next"}
+    return sorted(page["sessions"], key=lambda row: row["id"])
 
 
 def store_url(kind: str, tmp_path: Path, name: str = "store") -> str:
@@ -281,7 +291,7 @@ async def test_read_commands_show_the_store_and_their_json_parses_back(
     await fill_store(url)
     before = store_bytes(url)
 
-    listed = run_cli(cli_env, "ls", "--json", "--store", url).json()
+    listed = listed_rows(run_cli(cli_env, "ls", "--json", "--store", url))
     assert [row["id"] for row in listed] == ["closed-1", "crashed-1"]
     assert [row["openTurn"] for row in listed] == [None, 2]
     assert listed[0]["title"] == "two turns, compacted"
@@ -365,9 +375,9 @@ async def test_read_commands_show_events_of_unknown_types_uninterpreted(
     plan_seq = next(event["seq"] for event in stored if event["type"] == "plan/update")
     before = store_bytes(url)
 
-    listed = run_cli(cli_env, "--store", url, "ls", "--json")
-    assert listed.json()[0]["events"] == len(stored)
-    assert listed.json()[0]["problem"] is None
+    listed = listed_rows(run_cli(cli_env, "--store", url, "ls", "--json"))
+    assert listed[0]["events"] == len(stored)
+    assert listed[0]["problem"] is None
     shown = run_cli(cli_env, "--store", url, "show", "planned", "--json")
     assert shown.jsonl() == stored  # the event exactly as stored
     assert "plan/update" in run_cli(cli_env, "--store", url, "show", "planned").out
@@ -457,6 +467,14 @@ async def test_ls_keeps_titles_ids_and_states_whole_where_they_fit(
     else:  # then the last activity: the id, count and state still fit, whole
         assert "(titles and last activity left out: the terminal is too narrow" in caption
         assert rows["id"] == ["id", "events", "state"]  # headings whole, not stacked
+    # A page: the command for the next one is printed whole, on one line the terminal folds.
+    paged = run_on_terminal(cli_env, columns, "--store", url, "ls", "--limit", "2")
+    assert paged.code == 0, paged.err
+    more = paged.out.splitlines()[-1]
+    assert more.startswith(f"more: sessionledger --store {url} ls --limit 2 --after ")
+    rest = run_cli(cli_env, *shlex.split(more.removeprefix("more: sessionledger ")), "--json")
+    assert len(rest.json()["sessions"]) == 2
+    assert rest.json()["next"] is None
 
 
 async def test_show_fits_a_60_column_terminal(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -663,7 +681,7 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
     # Reading a corrupt log is a user-facing error: one line, exit 2.
     assert_user_error(run_cli(cli_env, "--store", url, "show", "closed-1"), "CORRUPT")
     # ls still lists every session and says which one is unreadable.
-    listed = run_cli(cli_env, "--store", url, "ls", "--json").json()
+    listed = listed_rows(run_cli(cli_env, "--store", url, "ls", "--json"))
     assert [row["problem"] is not None for row in listed] == [True, False]
 
 
@@ -875,7 +893,7 @@ async def test_copy_round_trips_sqlite_to_jsonl_to_sqlite(
     original = await stored_events(first, "crashed-1")
     assert crashed[: len(original)] == original
     assert crashed[-1]["type"] == "turn/end"
-    headers = run_cli(cli_env, "--store", last, "ls", "--json").json()
+    headers = listed_rows(run_cli(cli_env, "--store", last, "ls", "--json"))
     assert headers[0]["title"] == "two turns, compacted"
 
     clash = run_cli(cli_env, "copy", "--from", first, "--to", last, "closed-1")
@@ -890,7 +908,7 @@ async def test_delete_removes_a_session(kind: str, cli_env: dict[str, str], tmp_
     url = store_url(kind, tmp_path)
     await fill_store(url)
     assert run_cli(cli_env, "--store", url, "delete", "closed-1").code == 0
-    assert [row["id"] for row in run_cli(cli_env, "--store", url, "ls", "--json").json()] == [
+    assert [row["id"] for row in listed_rows(run_cli(cli_env, "--store", url, "ls", "--json"))] == [
         "crashed-1"
     ]
     assert_user_error(run_cli(cli_env, "--store", url, "delete", "closed-1"), "SESSION_NOT_FOUND")
@@ -908,7 +926,8 @@ async def test_store_comes_from_option_before_or_after_or_the_environment(
     after = run_cli(cli_env, "ls", "--json", "--store", url).json()
     from_env = run_cli({**cli_env, "SESSIONLEDGER_STORE": url}, "ls", "--json").json()
     assert before == after == from_env
-    assert len(before) == 2
+    assert len(before["sessions"]) == 2
+    assert before["next"] is None
     empty = run_cli(cli_env, "ls")  # the default store does not exist yet: nothing to list
     assert empty.code == 0
     assert "no sessions" in empty.out
@@ -1012,6 +1031,10 @@ def test_with_only_the_core_every_command_runs_or_names_what_to_install(
         ("stats", "x"),
         ("delete", "x"),
         ("copy", "--from", "memory:a", "--to", f"sqlite:{target}"),
+        ("prune", "--older-than", "30d"),
+        ("audit",),
+        ("search", "x"),
+        ("reindex",),
     ]:
         result = run_cli(cli_env, *args, command=only_core)
         assert_user_error(result, "CONFIG")
@@ -1134,6 +1157,10 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "stats": ("x",),
     "delete": ("x",),
     "import": ("x.json", "--format", "openai"),
+    "prune": (),
+    "audit": (),
+    "search": ("x",),
+    "reindex": (),
 }
 
 
@@ -1233,9 +1260,12 @@ if os.environ["SLOW_AT"] == "import":
 
 
 class SlowStore:
-    async def list_snapshots(self):
+    async def _slow(self, *args, **kwargs):
         MARK.write_text("running")
         await asyncio.sleep(60)
+
+    # What each command awaits first.
+    list_snapshots = list_sessions = search = prune = audit = reindex = _slow
 
     async def close(self):
         MARK.write_text("closed")
@@ -1247,16 +1277,24 @@ class Slow:
         return {"slow": lambda url, event_types: SlowStore()}
 """
 
-SLOW_ARGS = ("--plugin", "slow_plugin:Slow", "--store", "slow:x", "ls")
+SLOW_ARGS = ("--plugin", "slow_plugin:Slow", "--store", "slow:x")
 
 #: ``python -X importtime`` prints this line once the entry module is imported: from
 #: then on the command's own code runs.
 ENTRY_IMPORTED = "| sessionledger.cli.__main__"
 
 
-def interrupt(env: dict[str, str], tmp_path: Path, *, at: str, moment: str, delay: float) -> Run:
-    """Run ``sessionledger --store slow:x ls`` with the slow plugin and send it SIGINT at
-    *moment*: ``spawn`` (right after starting it), ``entry`` (when its entry module is
+def interrupt(
+    env: dict[str, str],
+    tmp_path: Path,
+    *,
+    at: str,
+    moment: str,
+    delay: float,
+    command: tuple[str, ...] = ("ls",),
+) -> Run:
+    """Run ``sessionledger --store slow:x ls`` (or *command*) with the slow plugin and send
+    it SIGINT at *moment*: ``spawn`` (right after starting it), ``entry`` (when its entry module is
     imported), or ``mark`` (when the plugin has reached *at*), then after *delay*."""
     (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
     mark = tmp_path / "mark"
@@ -1264,7 +1302,7 @@ def interrupt(env: dict[str, str], tmp_path: Path, *, at: str, moment: str, dela
     script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
     assert script is not None
     child = subprocess.Popen(
-        [sys.executable, "-X", "importtime", script, *SLOW_ARGS],
+        [sys.executable, "-X", "importtime", script, *SLOW_ARGS, *command],
         cwd=tmp_path,
         env={**env, "SLOW_MARK": str(mark), "SLOW_AT": at},
         stdout=subprocess.PIPE,
@@ -1321,6 +1359,16 @@ def test_ctrl_c_at_any_moment_prints_interrupted_and_exits_130(
         )
     # Interrupted while running, the command closed its store on the way out.
     assert (tmp_path / "mark").read_text() == "closed"
+    for command in [
+        ("prune", "--older-than", "30d"),
+        ("prune", "--keep-last", "1", "--yes"),
+        ("audit",),
+        ("search", "x"),
+        ("reindex",),
+    ]:
+        result = interrupt(cli_env, tmp_path, at="run", moment="mark", delay=0, command=command)
+        assert (result.code, result.out, result.err) == (130, "", "interrupted\n"), command
+        assert (tmp_path / "mark").read_text() == "closed", command
     # Right after the spawn the signal lands in Python's own start-up, before any file of
     # sessionledger runs: either before Python handles SIGINT at all (killed by it, as
     # the shell reports 130) or, rarely, inside site.py (its traceback is not ours).

@@ -256,3 +256,47 @@ def test_previews_escape_control_characters() -> None:
     preview = event_preview(event, None)
     assert preview == "(user) red \\x1b[31mtext\\x1b[0m\\x07 bell tab"
     assert not any(line for line in _printed([event], 80) if "\x1b" in line or "\x07" in line)
+
+
+def test_audit_records_pair_by_id_and_a_lone_beginning_is_interrupted() -> None:
+    from sessionledger.cli.retaining import paired
+
+    begin = {"id": "a", "phase": "begin"}
+    lone = {"id": "b", "phase": "begin"}
+    end = {"id": "a", "phase": "end"}
+    stray = {"id": "c", "phase": "end"}
+    assert paired([begin, lone, end, stray]) == [(begin, end), (lone, None), (None, stray)]
+
+
+def test_durations_are_written_as_prune_reads_them() -> None:
+    from sessionledger.cli.retaining import describe_criteria, duration_text
+    from sessionledger.listing import parse_duration
+
+    for text in ("30d", "2w", "12h", "90m", "45s", "1500ms", "0s"):
+        assert duration_text(parse_duration(text, "x")) == text
+    criteria = {"olderThan": 86_400_000, "keepLast": 3, "title": "t", "meta": {"n": 1, "b": True}}
+    assert describe_criteria(criteria) == (
+        "last activity older than 1d, keeping the 3 most recently active, "
+        "title holding 't', meta n=1, meta b=true"
+    )
+
+
+def test_search_highlights_whole_words_only() -> None:
+    from sessionledger.cli.searching import highlighted
+
+    text = highlighted("Apples, pineapples and apple_pie", ("apples", "apple"))
+    marked = [text.plain[span.start : span.end] for span in text.spans]
+    assert marked == ["Apples", "apple"]
+
+
+def test_the_next_page_command_names_absolute_times() -> None:
+    from sessionledger.cli.inspecting import listing_query, next_page_command
+    from sessionledger.listing import parse_when
+
+    args = app.parse(["--store", "sqlite:a b.db", "ls", "--limit", "2", "--since", "2d"])
+    args.plugin_specs, args.store_url = ["p:P"], args.store
+    query = listing_query(args)
+    command = next_page_command(args, query, "CUR")
+    assert command.startswith("sessionledger --store 'sqlite:a b.db' --plugin p:P ls --limit 2 ")
+    since = command.split("--since ")[1]
+    assert parse_when(since, "since", now=0) == query.since

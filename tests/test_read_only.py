@@ -44,7 +44,7 @@ def test_reading_an_empty_file_leaves_it_empty(tmp_path: Path) -> None:
     database.touch()  # : > z.db
     listed = cli("--store", f"sqlite:{database}", "ls", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == []
+    assert json.loads(listed.stdout) == {"sessions": [], "next": None}
     assert cli("--store", f"sqlite:{database}", "verify", "--all").returncode == 0
     assert cli("--store", f"sqlite:{database}", "show", "nothing").returncode == 2
     assert listing(tmp_path) == {"z.db": 0}  # no schema, no -wal, no lock file
@@ -54,7 +54,7 @@ def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path: Path) -> 
     for url in (f"sqlite:{tmp_path / 'a' / 'b.db'}", f"jsonl:{tmp_path / 'c'}"):
         listed = cli("--store", url, "ls", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert json.loads(listed.stdout) == []
+        assert json.loads(listed.stdout) == {"sessions": [], "next": None}
         assert cli("--store", url, "show", "nothing").returncode == 2
     assert listing(tmp_path) == {}
 
@@ -66,7 +66,14 @@ async def test_reading_a_sqlite_store_changes_no_byte_of_its_data(tmp_path: Path
         closed_turn(session, 1)
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     assert set(files) == {"ledger.db", "ledger.db.locks"}  # the writer closed cleanly
-    for args in (["ls"], ["show", "s"], ["verify", "--all"], ["stats", "s"]):
+    for args in (
+        ["ls"],
+        ["show", "s"],
+        ["verify", "--all"],
+        ["stats", "s"],
+        ["search", "hello"],
+        ["audit"],
+    ):
         done = cli("--store", f"sqlite:{database}", *args)
         assert done.returncode == 0, done.stderr
     assert {name: (tmp_path / name).read_bytes() for name in files} == files
@@ -123,12 +130,16 @@ def test_stores_on_read_only_media_can_be_read(tmp_path: Path) -> None:
         runs = result[name]
         for command, done in runs.items():
             assert done["code"] == 0, (name, command, done["err"])
-        assert [row["id"] for row in json.loads(runs["ls"]["out"])] == ["closed", "crashed"]
+        listed = json.loads(runs["ls"]["out"])["sessions"]
+        assert sorted(row["id"] for row in listed) == ["closed", "crashed"]
         shown = [json.loads(line) for line in runs["show"]["out"].splitlines()]
         assert shown[-1]["type"] == "tool/call"  # as stored: no repair was written
         assert "turn 2 is open" in runs["verify"]["out"]
+        hits = json.loads(runs["search"]["out"])
+        assert sorted({hit["sessionId"] for hit in hits}) == ["closed", "crashed"]
+        assert json.loads(runs["audit"]["out"]) == []
     # Transactions still in a -wal file on read-only media: SQLite can read them only
     # through the shared-memory file, which the dead writer left behind, so this reads.
     wal = result["sqlite-wal"]
     assert wal["ls"]["code"] == 0, wal["ls"]["err"]
-    assert [row["id"] for row in json.loads(wal["ls"]["out"])] == ["in-wal"]
+    assert [row["id"] for row in json.loads(wal["ls"]["out"])["sessions"]] == ["in-wal"]

@@ -40,6 +40,10 @@ COMMANDS: dict[str, str] = {
     "stats": "inspecting:stats",
     "delete": "moving:delete",
     "import": "moving:import_history",
+    "prune": "retaining:prune",
+    "audit": "retaining:audit",
+    "search": "searching:search",
+    "reindex": "indexing:reindex",
 }
 
 STORE_HELP = (
@@ -108,6 +112,24 @@ def _add_json(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as plain JSON")
 
 
+#: What a ``--since``/``--until`` value may be (``sessionledger.listing.parse_when``).
+WHEN_HELP = "a duration ago: 2d, 12h; or an ISO date or time, UTC unless it gives an offset"
+
+
+def _add_filters(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--title", metavar="TEXT", help=f"only {verb} sessions whose title holds TEXT (any case)"
+    )
+    parser.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"only {verb} sessions whose header meta has KEY equal to VALUE (read as JSON "
+        "when it is a JSON string, number, true, false or null; else as text); repeatable",
+    )
+
+
 def _count(text: str) -> int:
     """A seq or a number of events: a non-negative integer (anything else is a usage error)."""
     try:
@@ -161,8 +183,31 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7, help="seed of the fake model (default 7)")
     demo.add_argument("--session", metavar="ID", help="session id (default: demo-<random>)")
 
-    ls = add("ls", "list stored sessions: id, created, title, events, last activity")
-    _add_json(ls, "the sessions")
+    ls = add(
+        "ls",
+        "list stored sessions from their summaries (no event is read): id, created, title, "
+        "events, last activity, open turn; most recent activity first",
+    )
+    ls.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="at most N sessions; the last line names the next page",
+    )
+    ls.add_argument(
+        "--after", metavar="CURSOR", help="the page after CURSOR (printed by the previous page)"
+    )
+    _add_filters(ls, "list")
+    ls.add_argument("--since", metavar="WHEN", help=f"last activity at or after WHEN ({WHEN_HELP})")
+    ls.add_argument("--until", metavar="WHEN", help=f"last activity before WHEN ({WHEN_HELP})")
+    ls.add_argument(
+        "--order",
+        default="last_activity",
+        metavar="ORDER",
+        help="last_activity (the default: most recent activity first) or created "
+        "(newest session first); ties by id",
+    )
+    _add_json(ls, 'the page: {"sessions": [...], "next": cursor or null}')
 
     show = add("show", "print a session's log as stored (no repair)")
     show.add_argument("id", metavar="ID")
@@ -242,6 +287,52 @@ def build_parser() -> argparse.ArgumentParser:
     delete = add("delete", "delete a stored session")
     delete.add_argument("id", metavar="ID")
     _add_json(delete, "the outcome")
+
+    prune = add(
+        "prune",
+        "delete old sessions: shows the plan and deletes nothing unless --yes is given; "
+        "every executed prune is written to the store's audit log",
+    )
+    prune.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        help="sessions whose last activity is older than DURATION (30d, 12h, 90m, 2w)",
+    )
+    prune.add_argument(
+        "--keep-last",
+        type=int,
+        metavar="N",
+        help="keep the N most recently active sessions (of those the filters select)",
+    )
+    _add_filters(prune, "prune")
+    prune.add_argument("--yes", action="store_true", help="delete the planned sessions")
+    _add_json(prune, "the plan (and, with --yes, what was deleted)")
+
+    audit = add("audit", "print the store's audit log: every executed prune, interrupted ones too")
+    _add_json(audit, "the audit records, oldest first")
+
+    search = add("search", "find messages holding every word of TEXT, newest first")
+    search.add_argument("text", metavar="TEXT", help="the words to look for (case ignored)")
+    search.add_argument("--session", metavar="ID", help="search this session only")
+    search.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N hits (default 20)"
+    )
+    search.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        metavar="TYPE",
+        help="only events of TYPE (user/message, assistant/message, tool/result); repeatable",
+    )
+    _add_json(search, "the hits")
+
+    reindex = add(
+        "reindex",
+        "rebuild the summaries and search texts from the logs (all sessions, or ID); "
+        "exit 1 if a log cannot be read",
+    )
+    reindex.add_argument("id", nargs="?", metavar="ID", help="one session (default: all)")
+    _add_json(reindex, "the outcome")
     return parser
 
 

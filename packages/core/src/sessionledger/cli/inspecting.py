@@ -1,9 +1,10 @@
 """Read-only commands: ``ls``, ``show``, ``messages``, ``transcript``, ``stats``, ``catalog``.
 
-None of them writes to the store: they read through ``list_snapshots``, ``read_from``
-(the log as stored) and ``inspect`` (the repaired view, repair kept in memory), never
-``load``. ``show`` and ``stats`` describe the stored log; ``messages`` and ``transcript``
-describe what a resume would give the model and the user (the repaired view).
+None of them writes to the store: they read through ``list_sessions`` (summaries, no
+events), ``list_snapshots``, ``read_from`` (the log as stored) and ``inspect`` (the
+repaired view, repair kept in memory), never ``load``. ``show`` and ``stats`` describe
+the stored log; ``messages`` and ``transcript`` describe what a resume would give the
+model and the user (the repaired view).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import argparse
 import bisect
 import contextlib
 import dataclasses
+import datetime
 import importlib.metadata
+import shlex
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -34,10 +38,18 @@ from sessionledger.cli.render import (
 )
 from sessionledger.cli.stores import opened_store, store_is_missing
 from sessionledger.derive import RequestFolds, messages_at, transcript
-from sessionledger.errors import ConfigError, LedgerError, SessionNotFoundError
+from sessionledger.errors import ConfigError, SessionNotFoundError
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.formats import to_anthropic_messages, to_openai_messages
 from sessionledger.ledger import Ledger
+from sessionledger.listing import (
+    SessionInfo,
+    SessionPage,
+    SessionQuery,
+    make_query,
+    parse_meta_filter,
+    parse_when,
+)
 from sessionledger.persistence import SessionPersistence
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.surface import fold_surface
@@ -46,7 +58,9 @@ from sessionledger.vocabulary import TURN_END, TURN_START
 __all__ = [
     "catalog",
     "list_sessions",
+    "listing_query",
     "messages",
+    "next_page_command",
     "open_turn",
     "show",
     "stats",
@@ -74,44 +88,30 @@ def open_turn(events: Sequence[SessionEvent]) -> int | None:
 
 
 async def list_sessions(args: argparse.Namespace) -> int:
-    """``ls``: id, created, title, events and last activity of every stored session."""
+    """``ls``: one page of the stored sessions, from their summaries alone.
+
+    It never reads an event (``list_sessions``): a store that keeps summaries answers
+    from them, so a long log costs no more to list than a short one. The query is checked
+    before the store is opened, so a bad cursor, time or filter changes nothing.
+    """
     url: str = args.store_url
-    rows: list[dict[str, Any]] = []
+    query = listing_query(args)
+    page = SessionPage((), None)
     if not store_is_missing(url):
         async with opened_store(url, plugins=args.plugins) as store:
-            for info in await store.list_snapshots():
-                header = info.header
-                row: dict[str, Any] = {
-                    "id": header.id,
-                    "createdAt": header.created_at,
-                    "title": header.title,
-                    "cwd": header.cwd,
-                    "parentSession": header.parent_session,
-                    "events": None,
-                    "lastActivity": None,
-                    "openTurn": None,
-                    "revision": info.revision,
-                    "problem": None,
-                }
-                try:
-                    events = await store.read_from(header.id, 0)
-                except LedgerError as error:
-                    # One damaged session must not hide the others: say so and go on.
-                    row["problem"] = f"{error.code}: {error}"
-                else:
-                    row["events"] = len(events)
-                    row["lastActivity"] = events[-1].time if events else None
-                    row["openTurn"] = open_turn(events)
-                rows.append(row)
+            page = await store.list_sessions(query)
     if args.json:
-        write_json(rows)
+        write_json(page.to_json())
         return 0
     console = make_console()
+    rows = [_ls_row(info) for info in page.sessions]
     if not rows:
-        console.print(f"no sessions in {url}", markup=False)
+        filtered = args.title or args.meta or args.since or args.until or args.after
+        console.print(f"no {'matching ' if filtered else ''}sessions in {url}", markup=False)
         return 0
     table, left_out = _ls_table(rows, console.width)
-    caption = f"{plural(len(rows), 'session')} in {url}"
+    where = f"on this page of {url}" if page.next else f"in {url}"
+    caption = f"{plural(len(rows), 'session')} {where}"
     if left_out:
         caption += f" ({left_out} left out: the terminal is too narrow; --json has them)"
     # Above the table, not its title: a title wraps at the table's width, cutting the URL.
@@ -122,7 +122,73 @@ async def list_sessions(args: argparse.Namespace) -> int:
         console.print(
             f"unreadable: {', '.join(broken)}; 'sessionledger verify ID' says why", markup=False
         )
+    if page.next is not None:
+        # Soft-wrapped: a terminal folds it without line breaks, so it copies whole.
+        more = f"more: {next_page_command(args, query, page.next)}"
+        console.print(more, markup=False, soft_wrap=True)
     return 0
+
+
+def listing_query(args: argparse.Namespace) -> SessionQuery:
+    """Return the checked query of ``ls``'s options (``QueryError`` for a bad one)."""
+    now = int(time.time() * 1000)
+    since = None if args.since is None else parse_when(args.since, "--since", now=now)
+    until = None if args.until is None else parse_when(args.until, "--until", now=now)
+    return make_query(
+        order=args.order,
+        limit=args.limit,
+        after=args.after,
+        title=args.title,
+        meta=parse_meta_filter(args.meta) or None,
+        since=since,
+        until=until,
+    )
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _iso_utc(ms: int) -> str:
+    """Epoch ms as an ISO time that ``parse_when`` reads back to the same ms (exact
+    arithmetic: no float on the way)."""
+    moment = _EPOCH + datetime.timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def next_page_command(args: argparse.Namespace, query: SessionQuery, cursor: str) -> str:
+    """Return the command that lists the page after this one: the same store, plugins and
+    filters, with ``--since``/``--until`` as the times they named (a cursor only fits
+    its own query, and ``2d`` means another time once a moment has passed)."""
+    words = ["sessionledger", "--store", args.store_url]
+    for spec in args.plugin_specs:
+        words += ["--plugin", spec]
+    words.append("ls")
+    if args.limit is not None:
+        words += ["--limit", str(args.limit)]
+    words += ["--after", cursor]
+    if args.title is not None:
+        words += ["--title", args.title]
+    for item in args.meta:
+        words += ["--meta", item]
+    for option, moment in (("--since", query.since), ("--until", query.until)):
+        if moment is not None:
+            words += [option, _iso_utc(moment)]
+    if query.order != "last_activity":
+        words += ["--order", query.order]
+    return shlex.join(words)
+
+
+def _ls_row(info: SessionInfo) -> dict[str, Any]:
+    """The cells of one ``ls`` row: a damaged log's count is unknown, not 0."""
+    return {
+        "id": info.id,
+        "createdAt": info.header.created_at,
+        "title": info.header.title,
+        "events": None if info.problem else info.events,
+        "lastActivity": info.summary.last_activity,
+        "openTurn": info.open_turn,
+        "problem": info.problem,
+    }
 
 
 def _ls_state(row: dict[str, Any]) -> Text:
