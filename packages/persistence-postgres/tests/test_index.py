@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sessionledger import FormatUnsupportedError, Session, SessionHeader
+from sessionledger import CorruptLogError, FormatUnsupportedError, Session, SessionHeader
 from sessionledger.listing import SessionInfo, SessionQuery, select, sort_key
 from sessionledger.logstore import Batch, Repair
 from sessionledger.memory import MemoryPersistence
@@ -28,7 +28,6 @@ from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
 from sessionledger_postgres.schema import EXPECTED_COLUMNS, EXPECTED_RELATIONS
 from sessionledger_postgres.testing import with_options
-from sessionledger_postgres.upgrade import REFUSED
 
 Make = Callable[..., PostgresPersistence]
 
@@ -551,9 +550,9 @@ async def test_an_undecodable_session_fails_the_whole_upgrade_changing_nothing(
         await v1_copy_of(dsn, pg_schema, target)
         await sql(dsn, f"UPDATE \"{target}\".events SET data = '{{broken' WHERE session_id = 'bad'")
         before = await snapshot(dsn, target)
-        with pytest.raises(FormatUnsupportedError) as refused:
+        with pytest.raises(CorruptLogError) as refused:
             await make_store(schema=target, upgrade=True).list()
-        assert refused.value.code == REFUSED
+        assert refused.value.code == "CORRUPT"
         assert refused.value.session_id == "bad"
         assert await snapshot(dsn, target) == before
     finally:

@@ -6,7 +6,8 @@ checked to be an intact v1 store. Every session's summary and searchable texts a
 computed from its stored events, decoded exactly as a read decodes them
 (``sessionledger.committed.scan_log``), so the index starts as a write would have left
 it. One transaction: a session that cannot be read fails the whole upgrade with
-``FormatUnsupportedError`` (code ``UPGRADE_REFUSED``) and the schema stays v1, untouched.
+``CorruptLogError`` naming it (as the SQLite store's upgrade does) and the schema stays
+v1, untouched.
 """
 
 from __future__ import annotations
@@ -14,17 +15,14 @@ from __future__ import annotations
 from typing import Final
 
 from sessionledger.committed import scan_log
-from sessionledger.errors import FormatUnsupportedError, LedgerError
+from sessionledger.errors import CorruptLogError, LedgerError
 from sessionledger.logstore import RawLog, RawRecord
 from sessionledger.searching import indexed_texts
 from sessionledger.summaries import summarize
 from sessionledger_postgres import rows
 from sessionledger_postgres.schema import SCHEMA_VERSION, Connection, quote, v2_additions
 
-__all__ = ["REFUSED", "upgrade_v1"]
-
-#: The code of the error that refuses an upgrade (nothing was changed).
-REFUSED: Final = "UPGRADE_REFUSED"
+__all__ = ["upgrade_v1"]
 
 _HEADER_COLUMNS: Final = (
     "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta, "
@@ -66,11 +64,10 @@ async def upgrade_v1(conn: Connection, schema: str) -> None:
         try:
             events = scan_log(session_id, raw, contiguous_from=0).events
         except LedgerError as error:
-            raise FormatUnsupportedError(
+            raise CorruptLogError(
                 f"cannot upgrade PostgreSQL schema {schema!r} to v{SCHEMA_VERSION}: a stored "
                 f"session cannot be read ({error.code}: {error}); nothing was changed. Copy "
                 "or delete that session with the older build, then upgrade again",
-                code=REFUSED,
                 session_id=session_id,
                 path=schema,
             ) from error
