@@ -2,26 +2,22 @@
 
 The policy (committed region, repair, version and type checks, per-id locking, how a
 refusal is worded) is the core's; ``SqliteLogStore`` moves rows. One connection serves
-the store: every statement runs under one ``asyncio.Lock``, so transactions of different
-sessions never interleave on it. Other processes may open the same file; SQLite's write
-lock serializes writers across them, and the schema's triggers re-check the stored next
-seq inside each write, so a stale writer's batch is refused and changes nothing.
+the store (``connection``): every statement runs under one ``asyncio.Lock``, so
+transactions of different sessions never interleave on it. Other processes may open the
+same file; SQLite's write lock serializes writers across them, and the schema's triggers
+re-check the stored next seq inside each write, so a stale writer's batch is refused and
+changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import functools
 import hashlib
 import os
-import sqlite3
-import threading
 import uuid
-import warnings
-import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, final
 
 import aiosqlite
@@ -29,10 +25,7 @@ import aiosqlite
 from sessionledger import rows
 from sessionledger._failpoints import failpoint
 from sessionledger.claims import Claims
-from sessionledger.errors import (
-    ConfigError,
-    LedgerError,
-)
+from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
 from sessionledger.listing import SessionQuery, StoredSummary
@@ -41,8 +34,8 @@ from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.searching import IndexedText, TextQuery
 from sessionledger.summaries import SessionSummary
-from sessionledger_sqlite import batches, indexes, queries, schema, upgrade
-from sessionledger_sqlite.failures import translate
+from sessionledger_sqlite import batches, indexes, queries
+from sessionledger_sqlite.connection import Refused, StoreConnection
 from sessionledger_sqlite.options import MEMORY, check_options, check_path
 from sessionledger_sqlite.reading import (
     EVENT_COLUMNS,
@@ -77,28 +70,6 @@ _SELECT_EVENTS_AFTER: Final = (
 )
 
 
-class _Refused(Exception):
-    """A write the schema's triggers refused: the batch does not continue the stored log."""
-
-
-def _abandon(db: aiosqlite.Connection, path: str) -> None:
-    """Stop the connection of a store that was dropped without ``close()``.
-
-    aiosqlite's worker thread keeps its connection reachable while it waits for work, so
-    an unclosed connection is never collected: its thread and SQLite handle would live as
-    long as the process. Committed batches are durable and transactions are atomic, so
-    stopping it loses nothing. ``stop()`` is called from a helper thread, which has no
-    event loop: the worker then reports to no loop at all (the loop the store used may
-    already be closed when the garbage collector gets here).
-    """
-    threading.Thread(target=db.stop, name="sessionledger-sqlite-stop", daemon=True).start()
-    warnings.warn(
-        f"SqlitePersistence({path!r}) was dropped without close(); its connection was stopped",
-        ResourceWarning,
-        stacklevel=2,
-    )
-
-
 @final
 class SqliteLogStore(LogStore):
     """The storage primitives of the SQLite backend: rows of one database file (or
@@ -127,12 +98,12 @@ class SqliteLogStore(LogStore):
         self.synchronous: Final = check_options(synchronous, busy_timeout)
         self.busy_timeout: Final = float(busy_timeout)
         self._location = None if self.path == MEMORY else self.path
-        self._db: aiosqlite.Connection | None = None
-        self._finalizer: weakref.finalize[[aiosqlite.Connection, str], SqliteLogStore] | None = None
-        self._reader: aiosqlite.Connection | None = None  # read-only, until a write opens _db
-        self._reader_finalizer: weakref.finalize[..., SqliteLogStore] | None = None
-        self._gate = asyncio.Lock()
-        self._shut = False
+        self._connections = StoreConnection(
+            self.path,
+            synchronous=self.synchronous,
+            busy_timeout=self.busy_timeout,
+            upgrade=upgrade,
+        )
         #: Rows repairs of an in-memory database moved aside (its quarantine).
         self.quarantined: list[bytes] = []
         self._claims = (
@@ -151,7 +122,7 @@ class SqliteLogStore(LogStore):
     @property
     def connection(self) -> aiosqlite.Connection | None:
         """The open connection (None before first use and after ``close``)."""
-        return self._db
+        return self._connections.db
 
     def locate(self, header: SessionHeader) -> str | None:
         """Return the database file (it holds every session), or None in memory."""
@@ -160,116 +131,10 @@ class SqliteLogStore(LogStore):
     def __repr__(self) -> str:
         return f"SqliteLogStore({self.path!r})"
 
-    # -- connection and transactions -----------------------------------------------------
-
-    async def _connect(self) -> aiosqlite.Connection:
-        """Open and check the database for writing (creating it); called under the gate."""
-        if self._shut:
-            raise ConfigError(f"SQLite store {self.path!r} is closed")
-        if self._db is not None:
-            return self._db
-        await self._close_reader()  # the writer sees everything from now on
-        db = await schema.open_database(
-            self.path,
-            memory=self.path == MEMORY,
-            synchronous=self.synchronous,
-            busy_timeout=self.busy_timeout,
-            upgrade=(
-                functools.partial(upgrade.fill_v2, location=self._location)
-                if self.upgrade
-                else None
-            ),
-        )
-        self._db = db
-        self._finalizer = weakref.finalize(self, _abandon, db, self.path)
-        self._finalizer.atexit = False  # at exit the daemon worker ends with the process
-        return db
-
-    async def _connect_reader(self) -> aiosqlite.Connection | None:
-        """The connection reads use: the writer once there is one, else a read-only one
-        that creates nothing (None: there is no database to read yet)."""
-        if self._shut:
-            raise ConfigError(f"SQLite store {self.path!r} is closed")
-        if self._db is not None or self.path == MEMORY or self.upgrade:
-            return await self._connect()  # an upgrade writes, so it needs the writer
-        if self._reader is None:
-            self._reader = await schema.open_reader(self.path, self.busy_timeout)
-            if self._reader is not None:
-                finalizer = weakref.finalize(self, _abandon, self._reader, self.path)
-                finalizer.atexit = False
-                self._reader_finalizer = finalizer
-        return self._reader
-
-    async def _close_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if self._reader_finalizer is not None:
-            self._reader_finalizer.detach()
-            self._reader_finalizer = None
-        if reader is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await reader.close()
-
-    @contextlib.asynccontextmanager
-    async def _reading(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection | None]:
-        """Lend the connection reads use (None when there is no database yet) in one read
-        transaction; translate driver errors."""
-        async with self._gate:
-            try:
-                db = await self._connect_reader()
-                if db is None:
-                    yield None
-                    return
-                if db.in_transaction:
-                    await db.execute_fetchall("ROLLBACK")
-                await db.execute_fetchall("BEGIN")
-                try:
-                    yield db
-                finally:
-                    with contextlib.suppress(sqlite3.Error):
-                        await db.execute_fetchall("ROLLBACK")
-            except (sqlite3.Error, OSError) as error:
-                raise self._translate(error, session_id) from error
-
-    @contextlib.asynccontextmanager
-    async def _connection(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
-        """Lend the writing connection for the body (its statements commit one by one)
-        and translate driver errors; a refused batch surfaces as ``_Refused``."""
-        async with self._gate:
-            try:
-                db = await self._connect()
-                if db.in_transaction:  # an earlier rollback was itself interrupted
-                    await db.execute_fetchall("ROLLBACK")
-                yield db
-            except sqlite3.IntegrityError as error:
-                if schema.SEQ_MISMATCH in str(error):
-                    raise _Refused from error
-                raise self._translate(error, session_id) from error
-            except (sqlite3.Error, OSError) as error:
-                raise self._translate(error, session_id) from error
-
-    @contextlib.asynccontextmanager
-    async def _transaction(
-        self, begin: str, session_id: str | None = None
-    ) -> AsyncIterator[aiosqlite.Connection]:
-        """Run the body as one transaction (``begin`` is ``BEGIN`` or ``BEGIN IMMEDIATE``)."""
-        async with self._connection(session_id) as db:
-            await db.execute_fetchall(begin)
-            try:
-                yield db
-                await db.execute_fetchall("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    await db.execute_fetchall("ROLLBACK")
-                raise
-
-    def _translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
-        """The library's error for a driver or OS error (``failures.translate``)."""
-        return translate(error, self.path, self.busy_timeout, session_id)
-
     # -- reading ---------------------------------------------------------------------------
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
-        async with self._reading(session_id) as db:
+        async with self._connections.reading(session_id) as db:
             if db is None:
                 return None
             head = list(await db.execute_fetchall(_SELECT_SESSION, (session_id,)))
@@ -283,14 +148,14 @@ class SqliteLogStore(LogStore):
         return raw_log(head[0], event_rows, self._location)
 
     async def read_revision(self, session_id: str) -> str | None:
-        async with self._reading(session_id) as db:
+        async with self._connections.reading(session_id) as db:
             if db is None:
                 return None
             found = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
         return rows.revision_string(*found[0]) if found else None
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        async with self._reading(None) as db:
+        async with self._connections.reading(None) as db:
             if db is None:
                 return []
             found = list(await db.execute_fetchall(_SELECT_HEADERS))
@@ -306,7 +171,7 @@ class SqliteLogStore(LogStore):
         try:
             await asyncio.to_thread(self._claims.claim, session_id)
         except OSError as error:
-            raise self._translate(error, session_id) from error
+            raise self._connections.translate(error, session_id) from error
 
     async def release(self, session_id: str) -> None:
         if self._claims is not None:
@@ -331,24 +196,24 @@ class SqliteLogStore(LogStore):
                 # FTS5 entries, in the same transaction.
                 values = batches.flat(appended)
                 if not batch.texts:
-                    async with self._connection(session_id) as db:
+                    async with self._connections.writing(session_id) as db:
                         failpoint("sqlite.write.before-statement")
                         await db.execute_fetchall(batches.append_rows(len(appended)), values)
                 else:
-                    async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                    async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
                         failpoint("sqlite.write.before-statement")
                         await db.execute_fetchall(batches.append_rows(len(appended)), values)
                         await indexes.index_texts(db, session_id, batch.texts[0].seq)
                         failpoint("sqlite.write.before-commit")
             else:
                 # A batch of many rows: statement by statement, in one transaction.
-                async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+                async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
                     failpoint("sqlite.write.after-begin")
                     await batches.insert_all(db, event_rows)
                     await indexes.write_summary(db, session_id, batch.summary)
                     await indexes.insert_texts(db, session_id, batch.texts)
                     failpoint("sqlite.write.before-commit")
-        except _Refused:
+        except Refused:
             return False
         failpoint("sqlite.write.after-commit")
         return True
@@ -361,7 +226,7 @@ class SqliteLogStore(LogStore):
         summary = list(indexes.summary_values(batch.summary))
         if summary[2] is None:
             summary[2] = header.created_at
-        async with self._transaction("BEGIN IMMEDIATE", header.id) as db:
+        async with self._connections.transaction("BEGIN IMMEDIATE", header.id) as db:
             failpoint("sqlite.write.after-begin")
             inserted = await db.execute_fetchall(
                 batches.INSERT_SESSION,
@@ -380,7 +245,7 @@ class SqliteLogStore(LogStore):
         closers = [] if repair.closers is None else batches.event_rows(session_id, repair.closers)
         receipt = RepairReceipt()
         try:
-            async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+            async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
                 current = list(await db.execute_fetchall(_SELECT_REVISION, (session_id,)))
                 if not current or rows.revision_string(*current[0]) != repair.revision:
                     return None
@@ -412,7 +277,7 @@ class SqliteLogStore(LogStore):
                     await indexes.insert_texts(db, session_id, repair.closers.texts)
                 await indexes.write_summary(db, session_id, repair.summary)
                 failpoint("sqlite.repair.before-commit")
-        except _Refused:
+        except Refused:
             return None
         failpoint("sqlite.repair.after-commit")
         return receipt
@@ -440,7 +305,7 @@ class SqliteLogStore(LogStore):
         return RepairReceipt(target, len(lines))
 
     async def delete_log(self, session_id: str) -> bool:
-        async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+        async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
             # The text index has no cascade: it forgets the texts while they still exist.
             await indexes.delete_texts(db, session_id)
             # ON DELETE CASCADE (foreign_keys=ON is checked at open) removes the rows.
@@ -458,14 +323,14 @@ class SqliteLogStore(LogStore):
     # -- listing, search, audit (docs/listing.md) ------------------------------------------
 
     async def list_summaries(self) -> list[StoredSummary]:
-        async with self._reading(None) as db:
+        async with self._connections.reading(None) as db:
             if db is None:
                 return []
             found = list(await db.execute_fetchall(queries.SELECT_SUMMARIES))
         return [queries.stored_summary(row) for row in found]
 
     async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        async with self._transaction("BEGIN IMMEDIATE", session_id) as db:
+        async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
             if await self._revision_in(db, session_id) == revision:
                 await indexes.write_summary(db, session_id, summary)
 
@@ -473,7 +338,7 @@ class SqliteLogStore(LogStore):
         """Answer *query* with one keyset scan of the index of its order; None (the policy
         selects over ``list_summaries``) while some summary is untrusted."""
         sql, parameters = queries.session_query(query)
-        async with self._reading(None) as db:
+        async with self._connections.reading(None) as db:
             if db is None:
                 return []
             if list(await db.execute_fetchall(queries.ANY_UNSUMMARIZED)):
@@ -484,7 +349,7 @@ class SqliteLogStore(LogStore):
     async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
         """Match every word of *query* as an FTS5 phrase (implicit AND)."""
         sql, parameters = queries.text_query(query)
-        async with self._reading(query.session) as db:
+        async with self._connections.reading(query.session) as db:
             if db is None:
                 return []
             found = list(await db.execute_fetchall(sql, parameters))
@@ -497,7 +362,7 @@ class SqliteLogStore(LogStore):
         summary: SessionSummary,
         texts: Sequence[IndexedText],
     ) -> bool:
-        async with self._transaction("BEGIN IMMEDIATE", header.id) as db:
+        async with self._connections.transaction("BEGIN IMMEDIATE", header.id) as db:
             if await self._revision_in(db, header.id) != revision:
                 return False
             await indexes.write_summary(db, header.id, summary)
@@ -510,7 +375,7 @@ class SqliteLogStore(LogStore):
         ``events`` row's text columns (``data`` above all) and its search texts. SQLite's
         page and b-tree overhead and the FTS5 index's share are not counted: what
         deleting the session frees is about this much, once the file is vacuumed."""
-        async with self._reading(session_id) as db:
+        async with self._connections.reading(session_id) as db:
             if db is None:
                 return None
             found = list(await db.execute_fetchall(queries.STORED_BYTES, (session_id,)))
@@ -520,11 +385,11 @@ class SqliteLogStore(LogStore):
         """Append *record*: one autocommit INSERT, durable as ``synchronous`` makes every
         commit (FULL by default)."""
         text = rows.json_text(record)
-        async with self._connection(None) as db:
+        async with self._connections.writing(None) as db:
             await db.execute_fetchall("INSERT INTO audit (record) VALUES (?)", (text,))
 
     async def read_audit(self) -> list[Mapping[str, Any]]:
-        async with self._reading(None) as db:
+        async with self._connections.reading(None) as db:
             if db is None:
                 return []
             found = list(await db.execute_fetchall("SELECT record FROM audit ORDER BY seq"))
@@ -537,17 +402,7 @@ class SqliteLogStore(LogStore):
     async def close(self) -> None:
         if self._claims is not None:
             self._claims.release_all()
-        async with self._gate:
-            self._shut = True
-            db, self._db = self._db, None
-            await self._close_reader()
-            if self._finalizer is not None:
-                self._finalizer.detach()
-            if db is not None:
-                try:
-                    await db.close()
-                except sqlite3.Error as error:
-                    raise self._translate(error, None) from error
+        await self._connections.close()
 
 
 @final
