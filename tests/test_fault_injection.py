@@ -42,7 +42,7 @@ import pytest
 import sessionledger_jsonl._files
 import sessionledger_jsonl._writing
 import sessionledger_jsonl.store
-import sessionledger_sqlite.store
+import sessionledger_sqlite.schema
 from sessionledger import Ledger, Session, SessionEvent, jsoncodec
 from sessionledger.errors import LedgerError, ResourceLimitError, SessionLockedError
 from sessionledger.persistence import SessionPersistence
@@ -598,14 +598,14 @@ async def test_a_failing_sqlite_commit_keeps_the_batch_and_writes_it_once(
     landed: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     wrapped: list[FaultyConnection] = []
-    original = sessionledger_sqlite.store.schema.open_database
+    original = sessionledger_sqlite.schema.open_database
 
     async def open_database(*args: Any, **kwargs: Any) -> Any:
         connection = FaultyConnection(await original(*args, **kwargs), {3}, landed)
         wrapped.append(connection)
         return connection
 
-    monkeypatch.setattr(sessionledger_sqlite.store.schema, "open_database", open_database)
+    monkeypatch.setattr(sessionledger_sqlite.schema, "open_database", open_database)
     backend = SqlitePersistence(tmp_path / "l.db")
     async with Ledger(persistence=backend, write_delay_ms=3_600_000) as ledger:
         session = ledger.create("commit")

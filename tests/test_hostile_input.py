@@ -37,7 +37,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sessionledger_sqlite.store
+import sessionledger_sqlite.schema
 from sessionledger import Ledger, SessionHeader, jsoncodec
 from sessionledger.errors import (
     ConfigError,
@@ -602,7 +602,7 @@ async def test_sqlite_connections_run_with_trusted_schema_off(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     seen: list[Any] = []
-    original = sessionledger_sqlite.store.schema.open_database
+    original = sessionledger_sqlite.schema.open_database
 
     async def open_database(*args: Any, **kwargs: Any) -> Any:
         connection = await original(*args, **kwargs)
@@ -615,9 +615,9 @@ async def test_sqlite_connections_run_with_trusted_schema_off(
             seen.append(list(await connection.execute_fetchall("PRAGMA trusted_schema")))
         return connection
 
-    original_reader = sessionledger_sqlite.store.schema.open_reader
-    monkeypatch.setattr(sessionledger_sqlite.store.schema, "open_database", open_database)
-    monkeypatch.setattr(sessionledger_sqlite.store.schema, "open_reader", open_reader)
+    original_reader = sessionledger_sqlite.schema.open_reader
+    monkeypatch.setattr(sessionledger_sqlite.schema, "open_database", open_database)
+    monkeypatch.setattr(sessionledger_sqlite.schema, "open_reader", open_reader)
     store = SqlitePersistence(tmp_path / "l.db")
     try:
         await store.create(SessionHeader(id="s", created_at=1))

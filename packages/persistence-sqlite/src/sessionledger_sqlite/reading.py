@@ -9,13 +9,14 @@ from typing import Any, Final
 from sessionledger import rows
 from sessionledger.logstore import RawLog, RawRecord
 
-__all__ = ["EVENT_COLUMNS", "SESSION_COLUMNS", "raw_log", "row_end"]
+__all__ = ["EVENT_COLUMNS", "HEADER_COLUMNS", "SESSION_COLUMNS", "raw_log", "row_end"]
 
-#: The ``sessions`` columns ``raw_log`` reads, in order (the header's nine first).
-SESSION_COLUMNS: Final = (
-    "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, "
-    "meta, incarnation, revision, next_seq"
+#: The ``sessions`` columns that hold a session's header, in ``rows.header_json`` order.
+HEADER_COLUMNS: Final = (
+    "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"
 )
+#: The ``sessions`` columns ``raw_log`` reads, in order (the header's nine first).
+SESSION_COLUMNS: Final = f"{HEADER_COLUMNS}, incarnation, revision, next_seq"
 #: The ``events`` columns ``raw_log`` reads, in order.
 EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, ignorable"
 

@@ -1,0 +1,204 @@
+"""The SQLite store's hold on its database: one connection, opened on first use.
+
+Reads use a read-only connection that creates nothing until the first write opens the
+writing one (docs/durability.md); from then on the writer serves both. Every statement
+runs under one ``asyncio.Lock``, so transactions of different sessions never interleave
+on it, and driver errors become the library's here, at the store's one boundary
+(``failures.translate``). A store dropped without ``close()`` has its connections stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import sqlite3
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncIterator
+from typing import Final, Literal, final
+
+import aiosqlite
+
+from sessionledger.errors import ConfigError, LedgerError
+from sessionledger_sqlite import failures, schema, upgrade
+from sessionledger_sqlite.options import MEMORY
+
+__all__ = ["Refused", "StoreConnection"]
+
+
+class Refused(Exception):
+    """A write the schema's triggers refused: the batch does not continue the stored log.
+
+    ``StoreConnection.writing`` raises it; the store's write path turns it into its
+    "not written" answer."""
+
+
+def _abandon(db: aiosqlite.Connection, path: str) -> None:
+    """Stop the connection of a store that was dropped without ``close()``.
+
+    aiosqlite's worker thread keeps its connection reachable while it waits for work, so
+    an unclosed connection is never collected: its thread and SQLite handle would live as
+    long as the process. Committed batches are durable and transactions are atomic, so
+    stopping it loses nothing. ``stop()`` is called from a helper thread, which has no
+    event loop: the worker then reports to no loop at all (the loop the store used may
+    already be closed when the garbage collector gets here).
+    """
+    threading.Thread(target=db.stop, name="sessionledger-sqlite-stop", daemon=True).start()
+    warnings.warn(
+        f"SqlitePersistence({path!r}) was dropped without close(); its connection was stopped",
+        ResourceWarning,
+        stacklevel=2,
+    )
+
+
+@final
+class StoreConnection:
+    """The connections of one ``SqliteLogStore``: lent for a read snapshot, for statements
+    that commit one by one, or for one transaction; closed with the store."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: Literal["FULL", "NORMAL"],
+        busy_timeout: float,
+        upgrade: bool,
+    ) -> None:
+        self.path: Final = path
+        self.synchronous: Final = synchronous
+        self.busy_timeout: Final = busy_timeout
+        self.upgrade: Final = upgrade
+        self._location = None if path == MEMORY else path
+        self._db: aiosqlite.Connection | None = None
+        self._finalizer: weakref.finalize[[aiosqlite.Connection, str], StoreConnection] | None = (
+            None
+        )
+        self._reader: aiosqlite.Connection | None = None  # read-only, until a write opens _db
+        self._reader_finalizer: weakref.finalize[..., StoreConnection] | None = None
+        self._gate = asyncio.Lock()
+        self._shut = False
+
+    @property
+    def db(self) -> aiosqlite.Connection | None:
+        """The open writing connection (None before first write and after ``close``)."""
+        return self._db
+
+    async def _connect(self) -> aiosqlite.Connection:
+        """Open and check the database for writing (creating it); called under the gate."""
+        if self._shut:
+            raise ConfigError(f"SQLite store {self.path!r} is closed")
+        if self._db is not None:
+            return self._db
+        await self._close_reader()  # the writer sees everything from now on
+        db = await schema.open_database(
+            self.path,
+            memory=self.path == MEMORY,
+            synchronous=self.synchronous,
+            busy_timeout=self.busy_timeout,
+            upgrade=(
+                functools.partial(upgrade.fill_v2, location=self._location)
+                if self.upgrade
+                else None
+            ),
+        )
+        self._db = db
+        self._finalizer = weakref.finalize(self, _abandon, db, self.path)
+        self._finalizer.atexit = False  # at exit the daemon worker ends with the process
+        return db
+
+    async def _connect_reader(self) -> aiosqlite.Connection | None:
+        """The connection reads use: the writer once there is one, else a read-only one
+        that creates nothing (None: there is no database to read yet)."""
+        if self._shut:
+            raise ConfigError(f"SQLite store {self.path!r} is closed")
+        if self._db is not None or self.path == MEMORY or self.upgrade:
+            return await self._connect()  # an upgrade writes, so it needs the writer
+        if self._reader is None:
+            self._reader = await schema.open_reader(self.path, self.busy_timeout)
+            if self._reader is not None:
+                finalizer = weakref.finalize(self, _abandon, self._reader, self.path)
+                finalizer.atexit = False
+                self._reader_finalizer = finalizer
+        return self._reader
+
+    async def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if self._reader_finalizer is not None:
+            self._reader_finalizer.detach()
+            self._reader_finalizer = None
+        if reader is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await reader.close()
+
+    @contextlib.asynccontextmanager
+    async def reading(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection | None]:
+        """Lend the connection reads use (None when there is no database yet) in one read
+        transaction; translate driver errors."""
+        async with self._gate:
+            try:
+                db = await self._connect_reader()
+                if db is None:
+                    yield None
+                    return
+                if db.in_transaction:
+                    await db.execute_fetchall("ROLLBACK")
+                await db.execute_fetchall("BEGIN")
+                try:
+                    yield db
+                finally:
+                    with contextlib.suppress(sqlite3.Error):
+                        await db.execute_fetchall("ROLLBACK")
+            except (sqlite3.Error, OSError) as error:
+                raise self.translate(error, session_id) from error
+
+    @contextlib.asynccontextmanager
+    async def writing(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
+        """Lend the writing connection for the body (its statements commit one by one)
+        and translate driver errors; a refused batch surfaces as ``Refused``."""
+        async with self._gate:
+            try:
+                db = await self._connect()
+                if db.in_transaction:  # an earlier rollback was itself interrupted
+                    await db.execute_fetchall("ROLLBACK")
+                yield db
+            except sqlite3.IntegrityError as error:
+                if schema.SEQ_MISMATCH in str(error):
+                    raise Refused from error
+                raise self.translate(error, session_id) from error
+            except (sqlite3.Error, OSError) as error:
+                raise self.translate(error, session_id) from error
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, begin: str, session_id: str | None = None
+    ) -> AsyncIterator[aiosqlite.Connection]:
+        """Run the body as one transaction (``begin`` is ``BEGIN`` or ``BEGIN IMMEDIATE``)."""
+        async with self.writing(session_id) as db:
+            await db.execute_fetchall(begin)
+            try:
+                yield db
+                await db.execute_fetchall("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await db.execute_fetchall("ROLLBACK")
+                raise
+
+    def translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
+        """The library's error for a driver or OS error (``failures.translate``)."""
+        return failures.translate(error, self.path, self.busy_timeout, session_id)
+
+    async def close(self) -> None:
+        """Close both connections; every later use is refused with ``ConfigError``."""
+        async with self._gate:
+            self._shut = True
+            db, self._db = self._db, None
+            await self._close_reader()
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            if db is not None:
+                try:
+                    await db.close()
+                except sqlite3.Error as error:
+                    raise self.translate(error, None) from error
