@@ -586,3 +586,24 @@ async def test_reindex_rebuilds_and_names_unreadable_logs(
     assert as_json.code == 1
     assert as_json.json()["reindexed"] == 2
     assert [item["id"] for item in as_json.json()["unreadable"]] == ["b"]
+
+
+async def test_a_sqlite_url_with_options_names_the_file_before_them(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    # "?upgrade=1" is how an older store is upgraded (docs/listing.md): the command must
+    # find the file before the options, not refuse "no store at …?upgrade=1".
+    url = store_url("sqlite", tmp_path)
+    await fill(url)
+    for options in ("?upgrade=1", "?synchronous=NORMAL"):
+        listed = run_cli(cli_env, "--store", url + options, "ls", "--limit", "3", "--json")
+        assert listed.code == 0, listed
+        assert [row["id"] for row in listed.json()["sessions"]] == ACTIVITY_ORDER[:3]
+        rebuilt = run_cli(cli_env, "--store", url + options, "reindex")
+        assert rebuilt.code == 0, rebuilt
+    missing = f"sqlite:{tmp_path / 'none.db'}?upgrade=1"
+    looked = run_cli(cli_env, "--store", missing, "ls")
+    assert (looked.code, looked.out.startswith("no sessions in ")) == (0, True), looked
+    searched = run_cli(cli_env, "--store", missing, "search", "word")
+    assert searched.code == 0, searched
+    assert not (tmp_path / "none.db").exists()  # looking created nothing

@@ -89,6 +89,8 @@ def prepare_for_writing(url: str) -> None:
 def _local_path(url: str) -> Path | None:
     """Return the file or directory behind a ``sqlite:``/``jsonl:`` URL (docs/formats.md)."""
     scheme, _, rest = url.partition(":")
+    if scheme == "sqlite":
+        rest = rest.partition("?")[0]  # options follow the first "?" (?upgrade=1)
     if scheme not in ("sqlite", "jsonl") or not rest or rest == ":memory:":
         return None
     return Path(rest).expanduser()
