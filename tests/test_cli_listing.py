@@ -607,3 +607,37 @@ async def test_a_sqlite_url_with_options_names_the_file_before_them(
     searched = run_cli(cli_env, "--store", missing, "search", "word")
     assert searched.code == 0, searched
     assert not (tmp_path / "none.db").exists()  # looking created nothing
+
+
+async def test_the_listing_commands_on_postgresql(pg_url: str, cli_env: dict[str, str]) -> None:
+    """The same commands on the one store with both a listing index and a text index
+    in another process's database: pages, filters, search, prune with its audit, reindex."""
+    from sessionledger_postgres.testing import drop_schema, with_options
+
+    schema = f"cli_{os.getpid()}_{datetime.datetime.now().microsecond}"
+    url = with_options(pg_url, schema=schema)
+    try:
+        await fill(url)
+        found = pages(cli_env, "--store", url, "ls", "--limit", "10")
+        assert list(itertools.chain(*found)) == ACTIVITY_ORDER
+        red = run_cli(cli_env, "--store", url, "ls", "--meta", "team=red", "--json").json()
+        assert [row["id"] for row in red["sessions"]] == [
+            id for id in ACTIVITY_ORDER if int(id[1:]) % 2
+        ]
+        hits = run_cli(cli_env, "--store", url, "search", "apples", "--limit", "3", "--json")
+        assert [hit["sessionId"] for hit in hits.json()] == [sid(3), sid(24), sid(21)]
+        plan = run_cli(cli_env, "--store", url, "prune", "--keep-last", "20")
+        assert plan.code == 0, plan
+        assert "nothing deleted" in plan.out
+        done = run_cli(cli_env, "--store", url, "prune", "--keep-last", "20", "--yes", "--json")
+        assert sorted(done.json()["deleted"]) == sorted(ACTIVITY_ORDER[20:])
+        audit = run_cli(cli_env, "--store", url, "audit", "--json").json()
+        assert [record["phase"] for record in audit] == ["begin", "end"]
+        left = run_cli(cli_env, "--store", url, "ls", "--json").json()
+        assert [row["id"] for row in left["sessions"]] == ACTIVITY_ORDER[:20]
+        rebuilt = run_cli(cli_env, "--store", url, "reindex")
+        assert rebuilt.code == 0, rebuilt
+        bad = run_cli(cli_env, "--store", url, "ls", "--after", "garbage")
+        assert_one_line_error(bad, "BAD_QUERY")
+    finally:
+        await drop_schema(pg_url, schema)
