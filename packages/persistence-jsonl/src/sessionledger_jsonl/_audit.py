@@ -48,16 +48,9 @@ class AuditLog:
         system.make_root(self._root, fsync=self._fsync)
         root = system.open_root(self._root)
         try:
-            fd, created = system.open_appending(AUDIT_NAME, root)
-            try:
-                size = system.size(fd)
-                if size and system.read_at(fd, 1, size - 1) != b"\n":
-                    line = b"\n" + line  # after a torn record: start a line of our own
-                system.write(fd, line, point="jsonl.audit.mid-write")
-                if self._fsync:
-                    system.fsync(fd)
-            finally:
-                system.close(fd)
+            created = system.append_line(
+                AUDIT_NAME, root, line, fsync=self._fsync, point="jsonl.audit.mid-write"
+            )
             if created and self._fsync:
                 system.fsync(root)
         finally:

@@ -258,6 +258,26 @@ class FileSystem:
             created = False  # another writer made it meanwhile
         return self.open_file(name, dir_fd, flags), created
 
+    def append_line(
+        self, name: str, dir_fd: int, line: bytes, *, fsync: bool, point: str | None = None
+    ) -> bool:
+        """Append one newline-ended *line* to *name* (created when missing) in one write,
+        after a newline of its own when the file ends in a torn line, so a line is never
+        merged with one a crashed writer left; with *fsync*, durably. Return whether this
+        call created the file (its directory entry then still needs an fsync). The summary
+        index and the audit log both keep their records this way."""
+        fd, created = self.open_appending(name, dir_fd)
+        try:
+            size = self.size(fd)
+            if size and self.read_at(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            self.write(fd, line, point=point)
+            if fsync:
+                self.fsync(fd)
+        finally:
+            self.close(fd)
+        return created
+
     def last_line_start(self, fd: int, size: int) -> int:
         """Return where the last line of a file of *size* bytes starts; the file must end
         with a newline. Reads backwards in growing windows (a line can be long)."""

@@ -87,14 +87,8 @@ class SummaryIndex:
         try:
             root = system.open_root(self._root)
             try:
-                fd, _ = system.open_appending(INDEX_NAME, root)
-                try:
-                    size = system.size(fd)
-                    if size and system.read_at(fd, 1, size - 1) != b"\n":
-                        line = b"\n" + line  # after a torn line: never merge with it
-                    system.write(fd, line)
-                finally:
-                    system.close(fd)
+                # No fsync: a lost line only leaves the entry stale, and stale is detected.
+                system.append_line(INDEX_NAME, root, line, fsync=False)
             finally:
                 system.close(root)
         except OSError as error:
