@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import stat
@@ -193,6 +194,10 @@ class FileSystem:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def lock_exclusive(self, fd: int) -> None:
+        """Wait for, then hold, the file's exclusive ``flock`` until *fd* is closed."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
     def status(self, fd: int) -> os.stat_result:
         return os.fstat(fd)
 
@@ -268,6 +273,10 @@ class FileSystem:
         index and the audit log both keep their records this way."""
         fd, created = self.open_appending(name, dir_fd)
         try:
+            # Appenders take turns: a concurrent line that crosses a page boundary becomes
+            # visible in two steps, and the torn-line check below must not see it half
+            # written (it would add an empty line). Readers never need the lock.
+            self.lock_exclusive(fd)
             size = self.size(fd)
             if size and self.read_at(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line
