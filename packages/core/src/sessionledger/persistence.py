@@ -489,8 +489,9 @@ class SessionPersistence(SessionCatalog):
         session_id = scan.header.id
         revision = scan.revision
         torn = scan.torn
+        summary = summarize(scan.events).after(closers)
         if scan.torn_at is not None or closers:
-            receipt = await self._repair(scan, closers)
+            receipt = await self._repair(scan, closers, summary)
             revision = await self._store.read_revision(session_id) or revision
             if torn is not None:
                 torn = dataclasses.replace(
@@ -498,17 +499,16 @@ class SessionPersistence(SessionCatalog):
                 )
         self._headers[session_id] = scan.header
         self._cursors[session_id] = len(scan.events) + len(closers)
-        self._summaries[session_id] = read.summary
+        self._summaries[session_id] = summary
         return read.stored(revision, torn), read.session
 
     async def _repair(
-        self, scan: ScannedLog, closers: builtins.list[SessionEvent]
+        self, scan: ScannedLog, closers: builtins.list[SessionEvent], summary: SessionSummary
     ) -> RepairReceipt:
         """Commit a cold load's repair: cut the torn tail, append the closers
-        (docs/reading.md, "resume and crash repair")."""
+        (docs/reading.md, "resume and crash repair"); *summary* is the log's after it."""
         failpoint("core.repair.begin")
         end = len(scan.events)
-        summary = summarize((*scan.events, *closers))
         repair = Repair(
             scan.header,
             scan.revision,
@@ -542,11 +542,6 @@ class _Validated:
     scan: ScannedLog
     closers: builtins.list[SessionEvent]
     session: Session
-
-    @property
-    def summary(self) -> SessionSummary:
-        """The summary of the log once its closers are appended."""
-        return summarize((*self.scan.events, *self.closers))
 
     def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
         """The session as read at *revision*, with its torn tail (by default, as read)."""
