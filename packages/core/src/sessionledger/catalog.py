@@ -115,13 +115,9 @@ class SessionCatalog(ABC):
         """
         infos: builtins.list[SessionInfo] = []
         for header_json, revision in await self.log_store.list_headers():
-            try:
-                check_version(header_json, None)
-                header = stored_header(header_json, None, None)
-            except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
-                logger.warning("skipping a stored session this build cannot read: %s", error)
-                continue
-            infos.append(SessionInfo(header, revision))
+            header = _listable_header(header_json)
+            if header is not None:
+                infos.append(SessionInfo(header, revision))
         infos.sort(key=lambda info: (info.header.created_at, info.header.id))
         return infos
 
@@ -155,11 +151,8 @@ class SessionCatalog(ABC):
         """The listing row of a store's *row*; a summary the store lacks is rebuilt from
         the log (and handed back to the store). None for a header this build cannot
         read (logged, as ``list_snapshots`` does)."""
-        try:
-            check_version(row.header, None)
-            header = stored_header(row.header, None, None)
-        except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
-            logger.warning("skipping a stored session this build cannot read: %s", error)
+        header = _listable_header(row.header)
+        if header is None:
             return None
         if row.summary is not None:
             return SessionInfo(header, row.revision, row.summary)
@@ -399,3 +392,13 @@ class SessionCatalog(ABC):
                 self._summary_rebuilt(session_id, summary)
                 return None
         return "SEQ_MISMATCH: the log kept changing while it was reindexed"
+
+
+def _listable_header(header_json: Mapping[str, Any]) -> SessionHeader | None:
+    """The header of a listed log, or None (logged) for one this build cannot read."""
+    try:
+        check_version(header_json, None)
+        return stored_header(header_json, None, None)
+    except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
+        logger.warning("skipping a stored session this build cannot read: %s", error)
+        return None
