@@ -1,24 +1,25 @@
 """Figure 8: cost per event at 1k / 10k / 100k / 1M events of workload (a).
 
 - append: ``Session.append`` through a ``Ledger`` without a store, per event;
-- load: cold ``resume`` from a JSONL store, per event;
-- memory: peak RSS of a cold load, in a fresh child process (``resource.getrusage``),
-  next to the RSS right before the load and the stored file's size.
+- load: cold ``resume`` from a JSONL store, per event, next to the raw parse of the same
+  file (read it, split its lines, ``orjson.loads`` each, with the collector paused as the
+  library pauses it).
 
-Linear growth shows as a flat cost per event: the figure is the per-event cost at the
-largest size ÷ at 10k (≈ 1.0 when linear). Sizes up to 100k are repeated; 1M is measured
-once (it is the long pole of the suite).
+Linear growth shows as a flat cost per event: the figures are the per-event cost at the
+largest size ÷ at 100k and ÷ at 10k (≈ 1.0 when linear; with the collector on, the 10k
+one says whether the collector's work grows with the log). Sizes up to 100k are
+repeated; 1M is measured once (it is the long pole of the suite). Memory (resident per
+event, peak RSS of a cold load) is figure 12.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench.harness import (
     Contender,
@@ -28,6 +29,7 @@ from bench.harness import (
     format_bytes,
     gc_paused,
     measure,
+    paired,
     spread,
 )
 from bench.stores import SESSION_ID, append_ops, scratch, write_session
@@ -36,8 +38,6 @@ from sessionledger import Ledger
 from sessionledger_jsonl import JsonlPersistence
 
 __all__ = ["run"]
-
-_CHILD_FLAG = "--load-child"
 
 
 def _append(ops: list[Op]) -> float:
@@ -65,36 +65,14 @@ async def _load(root: Path) -> float:
     return elapsed
 
 
-def _child_load(root: str) -> None:
-    """In a fresh process: report RSS before, peak RSS after, and the load time."""
-    import resource
-
-    def rss_now() -> int:
-        with open("/proc/self/statm") as file:
-            return int(file.read().split()[1]) * resource.getpagesize()
-
-    before = rss_now()
-    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    seconds = asyncio.run(_load(Path(root)))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(
-        json.dumps(
-            {"rss_before": before, "peak_before": peak_before, "peak": peak, "seconds": seconds}
-        )
-    )
-
-
-def _peak_rss(root: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.fig_scaling", _CHILD_FLAG, str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[1],
-        timeout=1800,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+def _raw_parse(path: Path) -> float:
+    """The floor: read the stored file, split it into lines and parse each."""
+    with gc_paused():
+        start = time.perf_counter()
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        elapsed = time.perf_counter() - start
+    del records
+    return elapsed
 
 
 def run(settings: Settings) -> tuple[list[Figure], list[Section]]:
@@ -106,10 +84,12 @@ def run(settings: Settings) -> tuple[list[Figure], list[Section]]:
             root = base / f"jsonl-{size}"
             runner.run(write_session("jsonl", root, ops, settings.flush_every))
             repeats = 1 if size >= 1_000_000 else settings.repeats
+            (stored,) = root.rglob("session.jsonl")
             contenders: dict[str, Contender] = {
                 "append": lambda ops=ops: _append(ops),  # type: ignore[misc]
                 "append-nogc": lambda ops=ops: _append_without_gc(ops),  # type: ignore[misc]
                 "load": lambda root=root: _load(root),  # type: ignore[misc]
+                "raw": lambda stored=stored: _raw_parse(stored),  # type: ignore[misc]
             }
             results = measure(
                 contenders,
@@ -117,17 +97,16 @@ def run(settings: Settings) -> tuple[list[Figure], list[Section]]:
                 runner=runner,
                 warmup=size < 1_000_000,
             )
-            (stored,) = root.rglob("session.jsonl")
             row: dict[str, Any] = {
                 "events": len(ops),
                 "repeats": repeats,
                 "append_us": [value / len(ops) * 1e6 for value in results["append"]],
                 "append_nogc_us": [value / len(ops) * 1e6 for value in results["append-nogc"]],
                 "load_us": [value / len(ops) * 1e6 for value in results["load"]],
+                "raw_us": [value / len(ops) * 1e6 for value in results["raw"]],
+                "load_raw": list(paired(results["load"], results["raw"])),
                 "bytes": stored.stat().st_size,
             }
-            if size == max(settings.scaling_sizes) or size == 100_000:
-                row["memory"] = _peak_rss(root)
             rows[size] = row
             del ops
     return _report(rows)
@@ -169,46 +148,46 @@ def _report(rows: dict[int, dict[str, Any]]) -> tuple[list[Figure], list[Section
                 "largest size is measured once",
             )
         )
+    # With the collector on, its work per event must not grow with the log either.
+    per_top = spread(rows[top]["append_us"])[0]
+    per_small = spread(rows[small]["append_us"])[0]
+    figures.append(
+        Figure(
+            "8-append-gc",
+            f"append with the collector on: cost per event, {top:,} ÷ {small:,} events",
+            "≤ 1.2",
+            ("le", 1.2),
+            per_top / per_small,
+            absolute=f"{per_top:.2f} µs/ev at {top:,}; {per_small:.2f} at {small:,}",
+            note="per-event medians; the largest size is measured once",
+        )
+    )
+    ratio, low, high = rows[top]["load_raw"]
+    figures.append(
+        Figure(
+            "8-load-raw",
+            f"cold load of {rows[top]['events']:,} events (JSONL) ÷ raw parse of the same file",
+            "≤ 1.5x",
+            ("le", 1.5),
+            ratio,
+            low if rows[top]["repeats"] > 1 else None,
+            high if rows[top]["repeats"] > 1 else None,
+            f"ours {spread(rows[top]['load_us'])[0]:.2f} µs/ev; raw "
+            f"{spread(rows[top]['raw_us'])[0]:.2f} µs/ev",
+            "raw: read, split lines, orjson.loads each, collector paused",
+        )
+    )
     lines = [
         "| events | append µs/event | append, collector off | cold load µs/event | "
-        "JSONL bytes | RSS before load | peak RSS of the cold load | peak - before, per event |",
-        "|---|---|---|---|---|---|---|---|",
+        "raw parse µs/event | load ÷ raw | JSONL bytes |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size in sizes:
         row = rows[size]
-        memory = row.get("memory")
-        if memory:
-            grown = memory["peak"] - memory["rss_before"]
-            mem_cells = (
-                f"{format_bytes(memory['rss_before'])} | {format_bytes(memory['peak'])} | "
-                f"{grown / row['events']:,.0f} B"
-            )
-        else:
-            mem_cells = "- | - | -"
         lines.append(
             f"| {row['events']:,} | {_cell(row['append_us'])} | {_cell(row['append_nogc_us'])} | "
-            f"{_cell(row['load_us'])} | "
-            f"{format_bytes(row['bytes'])} | {mem_cells} |"
-        )
-    top_memory = rows[top].get("memory")
-    if top_memory:
-        figures.append(
-            Figure(
-                "8-rss",
-                f"peak RSS of a cold load of {rows[top]['events']:,} events (context)",
-                "context",
-                None,
-                None,
-                absolute=f"peak {format_bytes(top_memory['peak'])}; before the load "
-                f"{format_bytes(top_memory['rss_before'])}; file "
-                f"{format_bytes(rows[top]['bytes'])}",
-                note="fresh child process, resource.getrusage",
-            )
+            f"{_cell(row['load_us'])} | {_cell(row['raw_us'])} | {row['load_raw'][0]:.2f}x | "
+            f"{format_bytes(row['bytes'])} |"
         )
     data = {str(size): row for size, row in rows.items()}
     return figures, [Section("Figure 8 detail: scaling", "\n".join(lines), data)]
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == _CHILD_FLAG:
-        _child_load(sys.argv[2])

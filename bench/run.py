@@ -47,6 +47,7 @@ GROUPS: dict[str, Group] = {
     "durable": _group("fig_durable"),  # figures 3, 4
     "load": _group("fig_load"),  # figures 5, 6
     "scaling": _group("fig_scaling"),  # figure 8
+    "memory": _group("fig_memory"),  # figure 12: memory per event, peak RSS of a cold load
     "cli": _group("fig_cli"),  # figure 9: the show command, in subprocesses
     "openai-agents": _group("fig_openai_agents"),  # figure 10: the SDK on LedgerSession
     "listing": _group("fig_listing"),  # figure 11: listing, search, prune over many sessions

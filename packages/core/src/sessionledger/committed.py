@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, final
+from typing import Any, final, overload
 
-from sessionledger.chunks import unpack_events
+from sessionledger.chunks import unpack_events, unpack_to_log
 from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
     LedgerError,
 )
+from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
 from sessionledger.registry import EventTypeRegistry, unknown_type_in_log
@@ -57,11 +58,12 @@ class TornTail:
 @final
 @dataclasses.dataclass(slots=True)
 class ScannedLog:
-    """A raw log after the committed-region rule: its header, the committed events, and
-    the position where a torn tail starts (None when there is none) and what it holds."""
+    """A raw log after the committed-region rule: its header, the committed events (an
+    ``EventLog`` when read from seq 0, else a list), and the position where a torn tail
+    starts (None when there is none) and what it holds."""
 
     header: SessionHeader
-    events: list[SessionEvent]
+    events: EventLog | list[SessionEvent]
     torn_at: Any
     revision: str
     location: str | None
@@ -216,7 +218,9 @@ class _Decoder:
         self.session_id = session_id
         self.raw = raw
         self.expected = contiguous_from
-        self.events: list[SessionEvent] = []
+        # From seq 0 the events go into a compact log (index = seq); a read that starts
+        # inside the log gets a plain list of its tail.
+        self.events: EventLog | list[SessionEvent] = EventLog() if contiguous_from == 0 else []
 
     def damaged(self, where: str, reason: str, line: int | None) -> CorruptLogError:
         return CorruptLogError(
@@ -256,10 +260,30 @@ class _Decoder:
                     batch.line,
                 )
 
-    def records(self, records: Sequence[RawRecord], batch: RawBatch | None) -> list[SessionEvent]:
+    def records(
+        self, records: Sequence[RawRecord], batch: RawBatch | None
+    ) -> EventLog | list[SessionEvent]:
         """Take *records*, or raise ``CorruptLogError`` at the first that is damaged."""
+        events = self.events
         for record in records:
-            decoded = _decode(record)
+            decoded = _decode(record, packed=True)
+            if type(decoded) is ChunkRun:
+                if self.expected is None:
+                    self.expected = decoded.seq0
+                if decoded.seq0 != self.expected:
+                    where = record.label if batch is None else f"{record.label} ({batch.label})"
+                    raise self.damaged(
+                        where,
+                        f"seq gap (expected {self.expected}, got {decoded.seq0})",
+                        record.line,
+                    )
+                count = len(decoded.texts)
+                if type(events) is EventLog:
+                    events.add_run(decoded)
+                else:
+                    events.extend(decoded.members(decoded.seq0, decoded.seq0 + count))
+                self.expected += count
+                continue
             where = record.label if batch is None else f"{record.label} ({batch.label})"
             if isinstance(decoded, str):
                 raise self.damaged(where, decoded, record.line)
@@ -271,9 +295,9 @@ class _Decoder:
                 raise self.damaged(
                     where, f"seq gap (expected {self.expected}, got {decoded[0].seq})", record.line
                 )
-            self.events.extend(decoded)
+            events.extend(decoded)
             self.expected += len(decoded)
-        return self.events
+        return events
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
@@ -282,7 +306,7 @@ def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
         event.seq
         for record in records
         if not isinstance(decoded := _decode(record), str)
-        for event in decoded
+        for event in decoded  # unpacked: a list of events
     ]
     return (min(seqs), max(seqs)) if seqs else None
 
@@ -297,7 +321,9 @@ def check_event_types(
     ignorable: a session going live must not act on what it cannot interpret (docs/plugins.md,
     "event types, and what a ledger refuses")."""
     known = registry.declarations
-    for event in events:
+    # Runs hold only chunks: with that type known, only the other events need a look.
+    loose = events.unpacked() if type(events) is EventLog and CHUNK_TYPE in known else events
+    for event in loose:
         if event.type not in known and not event.ignorable:
             raise FormatUnsupportedError(
                 unknown_type_in_log(event.type),
@@ -308,13 +334,22 @@ def check_event_types(
             )
 
 
-def _decode(record: RawRecord) -> list[SessionEvent] | str:
-    """Decode one record into events, or return why it is not a valid record."""
+@overload
+def _decode(record: RawRecord) -> list[SessionEvent] | str: ...
+
+
+@overload
+def _decode(record: RawRecord, *, packed: bool) -> list[SessionEvent] | ChunkRun | str: ...
+
+
+def _decode(record: RawRecord, *, packed: bool = False) -> list[SessionEvent] | ChunkRun | str:
+    """Decode one record into events (a row into one ``ChunkRun`` when *packed*), or
+    return why it is not a valid record."""
     value = record.value
     if value is UNPARSABLE:
         return "not valid JSON"
     try:
-        return unpack_events(value)
+        return unpack_to_log(value) if packed else unpack_events(value)
     except LedgerError as error:
         return f"{error}"
     except (TypeError, ValueError) as error:

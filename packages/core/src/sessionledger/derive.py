@@ -5,9 +5,10 @@ What each view shows: docs/reading.md, "derived views".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, final
 
+from sessionledger.eventlog import EventLog
 from sessionledger.events import APPEND, SessionEvent
 from sessionledger.snapshot import FrozenDict
 from sessionledger.surface import SurfaceManager, fold_surface
@@ -97,9 +98,11 @@ def transcript(events: Sequence[SessionEvent]) -> list[Any]:
     """Return what the user saw: messages of append-origin surface events, in log order,
     including those a later replace shadowed (a compaction summary is not shown).
     """
+    # Streamed deltas are never messages: a compact log skips its runs unread.
+    loose = events.unpacked() if type(events) is EventLog else events
     return [
         message
-        for event in events
+        for event in loose
         if event.type in SURFACE_TYPES
         and event.surface_op == APPEND
         and (message := project_message(event)) is not None
@@ -147,8 +150,13 @@ class RequestFolds:
     def _advance(self) -> None:
         log = self._log
         end = len(log)
-        for index in range(self._watermark, end):
-            event = log[index]
+        if self._watermark == end:
+            return
+        if type(log) is EventLog:
+            events: Iterable[SessionEvent] = log.unpacked(self._watermark)
+        else:
+            events = (log[index] for index in range(self._watermark, end))
+        for event in events:
             if event.type == REQUEST_HEADER:
                 data = event.data
                 if isinstance(data, Mapping):

@@ -32,6 +32,7 @@ _ENVELOPE_KEYS = frozenset(
     ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
 )
 _REQUIRED_KEYS = ("type", "seq", "time", "data")
+_INT_ONLY: Final = frozenset((int,))
 
 
 def _is_seq(value: object) -> bool:
@@ -96,6 +97,12 @@ def parse_source_event_seqs(value: object) -> tuple[int, ...] | None:
         return None
     if type(value) is tuple or type(value) is list:
         seqs = tuple(value)
+        # An assistant message cites every delta of its stream: check them in C passes
+        # (exact ints, no bool, within range) and look at each only to name a bad one.
+        if not seqs or (
+            set(map(type, seqs)) <= _INT_ONLY and min(seqs) >= 0 and max(seqs) <= MAX_SAFE_INTEGER
+        ):
+            return seqs
         for item in seqs:
             if not _is_seq(item):
                 raise SurfaceError(

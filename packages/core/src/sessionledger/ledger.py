@@ -265,7 +265,7 @@ class Ledger:
         with crash repair applied in memory only. Nothing done to it is durable."""
         live = self._live.get(id)
         if live is not None:
-            return Session.restore(live.header, live.events, clock=self._clock)
+            return Session.restore(live.header, live.event_log(), clock=self._clock)
         persistence = self._require_store(id)
         _, session = await persistence.inspect_session(
             id, hooks=SessionHooks(event_types=self._plugins.event_types), clock=self._clock
@@ -329,10 +329,10 @@ class Ledger:
 
     async def _fork_source(
         self, source: str | Session
-    ) -> tuple[SessionHeader, tuple[SessionEvent, ...]]:
+    ) -> tuple[SessionHeader, Sequence[SessionEvent]]:
         if isinstance(source, Session):
             if self._live.get(source.id) is source:
-                return source.header, source.events
+                return source.header, source.event_log()
             if source.id in self._live:
                 raise ForkError(
                     "this Session object is not the live one for its id",
@@ -342,7 +342,7 @@ class Ledger:
             source = source.id
         live = self._live.get(source)
         if live is not None:
-            return live.header, live.events
+            return live.header, live.event_log()
         if self._persistence is None:
             raise ForkError("fork source not found", code="SESSION_NOT_FOUND", session_id=source)
         try:

@@ -40,6 +40,7 @@ from sessionledger.errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
+from sessionledger.eventlog import EventLog
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.listing import (
     SessionInfo,
@@ -467,9 +468,8 @@ class SessionPersistence(SessionCatalog):
             hooks = hooks or SessionHooks(event_types=self.event_types)
             closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             try:
-                session = Session.restore(
-                    scan.header, [*events, *closers], hooks=hooks, clock=clock
-                )
+                log = events.plus(closers) if type(events) is EventLog else [*events, *closers]
+                session = Session.restore(scan.header, log, hooks=hooks, clock=clock)
             except SeedError as error:
                 raise CorruptLogError(
                     f"stored log failed validation: {error}",
@@ -545,9 +545,10 @@ class _Validated:
 
     def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
         """The session as read at *revision*, with its torn tail (by default, as read)."""
-        events = (*self.scan.events, *self.closers)
+        events = self.scan.events
+        log = events.plus(self.closers) if type(events) is EventLog else (*events, *self.closers)
         torn = self.scan.torn if torn is None else torn
-        return StoredSession(self.scan.header, events, revision, self.scan.torn_batches, torn)
+        return StoredSession(self.scan.header, log, revision, self.scan.torn_batches, torn)
 
 
 def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:

@@ -19,6 +19,7 @@ from sessionledger.errors import (
     SeedError,
     UnknownEventTypeError,
 )
+from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import (
     SessionEvent,
     SessionHeader,
@@ -114,7 +115,7 @@ class Session:
         # Use create() or restore(); this only wires empty state together.
         self._header = header
         self._clock = clock
-        self._log: list[SessionEvent] = []
+        self._log = EventLog()
         self._surface = SurfaceManager(self._log)
         self._derived = DerivedMessages(self._log, self._surface)
         self._folds = RequestFolds(self._log)
@@ -183,65 +184,88 @@ class Session:
         self, seed: Iterable[SessionEvent | Mapping[str, Any]], *, copy: bool, strict: bool
     ) -> None:
         log = self._log
-        surface = self._surface
         types = self._types
         needs_checks = {
             name for name, declared in types.items() if declared.validate is not None
         } | SURFACE_TYPES
-        for index, item in enumerate(seed):
-            if (
-                not copy
-                and type(item) is SessionEvent
-                and item.seq == index
-                and item.surface_op is None
-                and item.source_event_seqs is None
-                and item.type not in needs_checks
-                and (not strict or item.type in types or item.ignorable)
-            ):
-                # A stored event of a type with no registered check and no surface
-                # metadata (the bulk of a log: chunks, boundaries) needs nothing more.
-                log.append(item)
-                continue
-            try:
-                if type(item) is SessionEvent and not copy:
-                    event = item
+        # A stored log is restored run by run: a run of deltas needs no check unless a
+        # plugin declared one for chunks (then each member is checked like any event).
+        runs_pass = CHUNK_TYPE not in needs_checks and (not strict or CHUNK_TYPE in types)
+        items: Iterable[Any] = seed.segments() if type(seed) is EventLog and not copy else seed
+        for item in items:
+            if type(item) is ChunkRun:
+                if runs_pass and item.seq0 == len(log):
+                    log.add_run(item)
                 else:
-                    envelope = item.to_json() if type(item) is SessionEvent else item
-                    event = SessionEvent.from_json(envelope)
-                declared = types.get(event.type)
-                if declared is None:
-                    if strict and not event.ignorable:
-                        raise UnknownEventTypeError(
-                            unknown_type_at_append(event.type), event_type=event.type
-                        )
-                elif declared.validate is not None:
-                    declared.validate(event.data)
-                if event.seq != index:
-                    raise SeedError(
-                        f"seed event at index {index} has seq {event.seq}; a seed is "
-                        "contiguous from 0",
-                        code="SEQ_GAP",
-                        index=index,
-                    )
-                plan = surface.plan(event)
-            except SeedError as error:
-                error.session_id = self.id
-                raise
-            except Exception as error:
-                # Plugin validators may raise their own exception types; a seed failure is
-                # always a SeedError whose code is the cause's (BAD_DATA when it has none).
-                raise SeedError(
-                    f"seed event at index {index} is invalid: {error}",
-                    code=getattr(error, "code", "BAD_DATA"),
-                    index=index,
-                    session_id=self.id,
-                ) from error
-            log.append(event)
-            surface.apply(event, plan)
+                    for member in item.members(item.seq0, item.seq0 + len(item)):
+                        self._seed_one(member, copy=copy, strict=strict, checks=needs_checks)
+                continue
+            self._seed_one(item, copy=copy, strict=strict, checks=needs_checks)
         self._first_live_seq = len(log)
         self._events_view = None
         if not log or log[-1].type != SESSION_END_SEED:
             self.append(SESSION_END_SEED, {})
+
+    def _seed_one(
+        self,
+        item: SessionEvent | Mapping[str, Any],
+        *,
+        copy: bool,
+        strict: bool,
+        checks: set[str],
+    ) -> None:
+        """Validate one seed event and add it at the end of the log."""
+        log = self._log
+        index = len(log)
+        types = self._types
+        if (
+            not copy
+            and type(item) is SessionEvent
+            and item.seq == index
+            and item.surface_op is None
+            and item.source_event_seqs is None
+            and item.type not in checks
+            and (not strict or item.type in types or item.ignorable)
+        ):
+            # A stored event of a type with no registered check and no surface
+            # metadata (the bulk of a log: chunks, boundaries) needs nothing more.
+            log.append(item)
+            return
+        try:
+            if type(item) is SessionEvent and not copy:
+                event = item
+            else:
+                envelope = item.to_json() if type(item) is SessionEvent else item
+                event = SessionEvent.from_json(envelope)
+            declared = types.get(event.type)
+            if declared is None:
+                if strict and not event.ignorable:
+                    raise UnknownEventTypeError(
+                        unknown_type_at_append(event.type), event_type=event.type
+                    )
+            elif declared.validate is not None:
+                declared.validate(event.data)
+            if event.seq != index:
+                raise SeedError(
+                    f"seed event at index {index} has seq {event.seq}; a seed is contiguous from 0",
+                    code="SEQ_GAP",
+                    index=index,
+                )
+            plan = self._surface.plan(event)
+        except SeedError as error:
+            error.session_id = self.id
+            raise
+        except Exception as error:
+            # Plugin validators may raise their own exception types; a seed failure is
+            # always a SeedError whose code is the cause's (BAD_DATA when it has none).
+            raise SeedError(
+                f"seed event at index {index} is invalid: {error}",
+                code=getattr(error, "code", "BAD_DATA"),
+                index=index,
+                session_id=self.id,
+            ) from error
+        log.append(event)
+        self._surface.apply(event, plan)
 
     # -- the append pipeline ------------------------------------------------------------
 
@@ -372,6 +396,11 @@ class Session:
             view = self._events_view = tuple(self._log)
         return view
 
+    def event_log(self) -> EventLog:
+        """Return a compact copy of the log (an ``EventLog``, docs/reading.md, "memory"):
+        what ``events`` holds without building every event, for a restore or a fork."""
+        return self._log.copy()
+
     @property
     def surface(self) -> SurfaceManager:
         """The model-visible nodes (``nodes``) and the ``replace_generation``."""
@@ -402,7 +431,7 @@ class Session:
         """Return the events from *seq* on (a tail, without copying the whole log)."""
         if builtin_type(seq) is not int or seq < 0:
             raise IndexError(f"seq {seq!r} is not a seq of session {self.id!r}")
-        return tuple(self._log[seq:])
+        return self._log[seq:]
 
     def derive_messages(self) -> list[Any]:
         """Return a fresh list of the frozen messages on the surface (the model's history)."""

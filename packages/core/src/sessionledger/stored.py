@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import final
 
 from sessionledger.committed import TornTail
@@ -16,13 +17,15 @@ __all__ = ["SalvageReport", "StoredSession"]
 class StoredSession:
     """A stored session as read: header, events and the storage revision they came from.
 
+    ``events`` is a read-only sequence of the events (a compact ``EventLog`` when read
+    whole, a tuple otherwise): index it, slice it, iterate it, compare it to a tuple.
     ``torn_batches`` counts the trailing batches of a torn tail the read left out (an
     ``inspect`` drops them from its view; a ``load`` moved them into quarantine), and
     ``torn_tail`` says what it holds (and, after a load, where it went).
     """
 
     header: SessionHeader
-    events: tuple[SessionEvent, ...]
+    events: Sequence[SessionEvent]
     revision: str
     torn_batches: int = 0
     torn_tail: TornTail | None = None

@@ -340,7 +340,7 @@ async def stored_header(store: SessionPersistence, session_id: str) -> SessionHe
     raise SessionNotFoundError("session not found", session_id=session_id)
 
 
-def _seq_in_range(at: int, events: tuple[SessionEvent, ...], session_id: str) -> None:
+def _seq_in_range(at: int, events: Sequence[SessionEvent], session_id: str) -> None:
     if not 0 <= at < len(events):
         raise ConfigError(
             f"--at {at} is not a seq of session {session_id!r} (seqs 0-{len(events) - 1})"

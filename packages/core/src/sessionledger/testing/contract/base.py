@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import pytest
@@ -104,7 +104,7 @@ def first_turn_length(events: list[SessionEvent]) -> int:
     return next(index for index, event in enumerate(events) if event.type == "turn/end") + 1
 
 
-def same_events(left: list[SessionEvent] | tuple[SessionEvent, ...], right: Any) -> bool:
+def same_events(left: Sequence[SessionEvent], right: Any) -> bool:
     """Tell whether two logs hold the same events, compared as JSON envelopes."""
     return [event.to_json() for event in left] == [event.to_json() for event in right]
 

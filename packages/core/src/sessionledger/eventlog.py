@@ -1,0 +1,331 @@
+"""``EventLog``: a session's events in memory, with runs of streamed deltas kept packed.
+
+Most events of an agent session are ``assistant/chunk`` deltas the model never sees
+again. Held as objects, each costs several hundred bytes and three objects the cyclic
+collector must visit on every full collection, so memory and append cost would grow with
+the log. A run of deltas of one stream block is kept instead as one ``ChunkRun``: the
+fields its members share once, their times in an ``array`` and their texts in a list. A
+member is rebuilt, equal to the event that was appended, whenever it is read; every other
+event is kept as it is (docs/reading.md, "memory").
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
+from typing import Any, Final, final, overload
+
+from sessionledger.events import SessionEvent, make_event
+from sessionledger.snapshot import FrozenDict, mark_shallow
+
+__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields"]
+
+#: The one event type a run holds.
+CHUNK_TYPE: Final = "assistant/chunk"
+
+_TEXT_KINDS: Final = ("text-delta", "reasoning-delta")
+_TOOL_KIND: Final = "tool-call-delta"
+_DATA_KEYS: Final = ("turn", "step", "chunk")
+_TEXT_KEYS: Final = ("type", "index", "text")
+_TOOL_KEYS: Final = ("type", "index", "id", "argumentsDelta")
+_NAMED_TOOL_KEYS: Final = ("type", "index", "id", "name", "argumentsDelta")
+
+#: (kind, turn, step, index, call id, name, text): what makes members of one run, and the
+#: member's own text.
+DeltaFields = tuple[str, int, int, int, "str | None", "str | None", str]
+
+
+def delta_fields(data: Any) -> DeltaFields | None:
+    """Return the run fields of an ``assistant/chunk`` event's frozen *data* when it is a
+    delta a run can hold exactly (its keys in the canonical order, as a rebuilt member has
+    them), else None."""
+    if type(data) is not FrozenDict or tuple(data) != _DATA_KEYS:
+        return None
+    chunk, turn, step = data["chunk"], data["turn"], data["step"]
+    if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
+        return None
+    keys = tuple(chunk)
+    if keys == _TEXT_KEYS:
+        kind, index, text = chunk["type"], chunk["index"], chunk["text"]
+        if kind in _TEXT_KINDS and type(index) is int and type(text) is str:
+            return kind, turn, step, index, None, None, text
+        return None
+    if keys == _TOOL_KEYS:
+        name = None
+    elif keys == _NAMED_TOOL_KEYS:
+        name = chunk["name"]
+        if type(name) is not str:
+            return None
+    else:
+        return None
+    kind, index, call_id, text = chunk["type"], chunk["index"], chunk["id"], chunk["argumentsDelta"]
+    if kind == _TOOL_KIND and type(index) is int and type(call_id) is str and type(text) is str:
+        return kind, turn, step, index, call_id, name, text
+    return None
+
+
+@final
+class ChunkRun:
+    """Consecutive deltas of one stream block: member ``k`` has seq ``seq0 + k``, time
+    ``times[k]`` and text ``texts[k]``. Only the log that built a run extends it, and only
+    while the run ends its log; a run shared with another log, or made from a stored row,
+    is never changed."""
+
+    __slots__ = (
+        "_gaps",
+        "_time0",
+        "_times",
+        "call_id",
+        "index",
+        "kind",
+        "name",
+        "seq0",
+        "step",
+        "texts",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        fields: DeltaFields,
+        seq0: int,
+        times: array[int] | None,
+        texts: list[str] | tuple[str, ...],
+        *,
+        time0: int = 0,
+        gaps: Sequence[int] | None = None,
+    ) -> None:
+        # A run read from storage keeps its row's gaps and adds them up only when a
+        # member's time is first asked for: a cold load reads few members, if any.
+        self.kind, self.turn, self.step, self.index, self.call_id, self.name, _ = fields
+        self.seq0 = seq0
+        self._times = times
+        self._time0 = time0
+        self._gaps = gaps
+        self.texts = texts
+
+    @property
+    def times(self) -> array[int]:
+        """The members' times (epoch ms), in member order."""
+        times = self._times
+        if times is None:
+            times = self._times = array("q", accumulate(self._gaps or (), initial=self._time0))
+            self._gaps = None
+        return times
+
+    @property
+    def last_time(self) -> int:
+        """The last member's time."""
+        return self.times[-1]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def holds(self, fields: DeltaFields) -> bool:
+        """Tell whether a delta with *fields* belongs to this run's block."""
+        return (
+            self.kind == fields[0]
+            and self.turn == fields[1]
+            and self.step == fields[2]
+            and self.index == fields[3]
+            and self.call_id == fields[4]
+            and self.name == fields[5]
+        )
+
+    def member(self, seq: int) -> SessionEvent:
+        """Rebuild the member with *seq* (frozen, canonical key order)."""
+        offset = seq - self.seq0
+        text = self.texts[offset]
+        time = self.times[offset]
+        if self.call_id is None:
+            chunk = FrozenDict(type=self.kind, index=self.index, text=text)
+        elif self.name is None:
+            chunk = FrozenDict(
+                type=self.kind, index=self.index, id=self.call_id, argumentsDelta=text
+            )
+        else:
+            chunk = FrozenDict(
+                type=self.kind,
+                index=self.index,
+                id=self.call_id,
+                name=self.name,
+                argumentsDelta=text,
+            )
+        data = mark_shallow(FrozenDict(turn=self.turn, step=self.step, chunk=chunk))
+        return make_event(CHUNK_TYPE, seq, time, data, None, None, False)
+
+    def members(self, start: int, stop: int) -> Iterator[SessionEvent]:
+        """Rebuild the members from seq *start* up to (not including) *stop*."""
+        member = self.member
+        for seq in range(start, stop):
+            yield member(seq)
+
+
+Slot = SessionEvent | ChunkRun
+
+
+@final
+class EventLog(Sequence[SessionEvent]):
+    """An append-only sequence of events, index = seq, with delta runs packed.
+
+    Reading returns ``SessionEvent``s (a slice returns a tuple); an event read twice is
+    equal both times, though a packed member is a new object each time it is read.
+    """
+
+    __slots__ = ("_open", "_slots")
+
+    def __init__(self, events: Iterable[SessionEvent] = ()) -> None:
+        # One slot per event: the event itself, or the run that holds it.
+        self._slots: list[Slot] = []
+        self._open: ChunkRun | None = None  # the run this log may extend
+        for event in events:
+            self.append(event)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def append(self, event: SessionEvent) -> None:
+        """Add *event* (its seq must be the log's length; the caller checked it)."""
+        slots = self._slots
+        if event.type != CHUNK_TYPE or event.surface_op is not None or event.ignorable:
+            slots.append(event)
+            self._open = None
+            return
+        fields = delta_fields(event.data) if event.source_event_seqs is None else None
+        if fields is None:
+            slots.append(event)
+            self._open = None
+            return
+        run = self._open
+        if run is not None and run.seq0 + len(run.texts) == len(slots) and run.holds(fields):
+            run._times.append(event.time)  # type: ignore[union-attr]
+            run.texts.append(fields[6])  # type: ignore[union-attr]
+        else:
+            run = self._open = ChunkRun(fields, len(slots), array("q", (event.time,)), [fields[6]])
+        slots.append(run)
+
+    def extend(self, events: Iterable[SessionEvent]) -> None:
+        """Append each of *events* in order."""
+        for event in events:
+            self.append(event)
+
+    def add_run(self, run: ChunkRun) -> None:
+        """Add a whole run that starts at the log's length (a stored row, or a run of
+        another log); the log never extends it."""
+        if run.seq0 != len(self._slots):
+            raise ValueError(f"a run starting at seq {run.seq0} cannot follow {len(self._slots)}")
+        self._slots.extend([run] * len(run.texts))
+        self._open = None
+
+    def copy(self) -> EventLog:
+        """Return a log with the same events (runs are shared, never extended by both)."""
+        log = EventLog()
+        log._slots = self._slots.copy()
+        return log
+
+    def plus(self, events: Iterable[SessionEvent]) -> EventLog:
+        """Return a copy of this log with *events* appended."""
+        log = self.copy()
+        log.extend(events)
+        return log
+
+    # -- reading ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[SessionEvent, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> SessionEvent | tuple[SessionEvent, ...]:
+        if type(index) is slice:
+            start, stop, step = index.indices(len(self._slots))
+            if step == 1:
+                return tuple(self.iter_from(start, stop))
+            return tuple(self[position] for position in range(start, stop, step))
+        slot = self._slots[index]
+        if type(slot) is SessionEvent:
+            return slot
+        if index < 0:
+            index += len(self._slots)
+        return slot.member(index)
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        return self.iter_from(0)
+
+    def __reversed__(self) -> Iterator[SessionEvent]:
+        slots = self._slots
+        for seq in range(len(slots) - 1, -1, -1):
+            slot = slots[seq]
+            yield slot if type(slot) is SessionEvent else slot.member(seq)
+
+    def iter_from(self, start: int, stop: int | None = None) -> Iterator[SessionEvent]:
+        """Yield the events from seq *start* up to *stop* (the end when None)."""
+        slots = self._slots
+        end = len(slots) if stop is None else min(stop, len(slots))
+        seq = max(start, 0)
+        while seq < end:
+            slot = slots[seq]
+            if type(slot) is SessionEvent:
+                yield slot
+                seq += 1
+                continue
+            run: ChunkRun = slot
+            until = min(end, run.seq0 + len(run.texts))
+            yield from run.members(seq, until)
+            seq = until
+
+    def unpacked(self, start: int = 0) -> Iterator[SessionEvent]:
+        """Yield the events from seq *start* on that no run holds: every event that is
+        not a streamed delta, without rebuilding one delta."""
+        slots = self._slots
+        end = len(slots)
+        seq = max(start, 0)
+        while seq < end:
+            slot = slots[seq]
+            if type(slot) is SessionEvent:
+                yield slot
+                seq += 1
+            else:
+                run: ChunkRun = slot
+                seq = run.seq0 + len(run.texts)
+
+    def segments(self) -> Iterator[Slot]:
+        """Yield, in log order, each event no run holds and each run once (a run shared
+        with a longer log is cut to this log's length)."""
+        slots = self._slots
+        end = len(slots)
+        seq = 0
+        while seq < end:
+            slot = slots[seq]
+            if type(slot) is SessionEvent:
+                yield slot
+                seq += 1
+                continue
+            run: ChunkRun = slot
+            stop = run.seq0 + len(run.texts)
+            if stop > end:
+                run = ChunkRun(
+                    (run.kind, run.turn, run.step, run.index, run.call_id, run.name, ""),
+                    run.seq0,
+                    run.times[: end - run.seq0],
+                    run.texts[: end - run.seq0],
+                )
+                stop = end
+            yield run
+            seq = stop
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventLog | tuple | list):
+            return NotImplemented
+        if len(self) != len(other):
+            return False
+        return all(mine == theirs for mine, theirs in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<EventLog of {len(self._slots)} events>"

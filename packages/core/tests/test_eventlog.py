@@ -1,0 +1,211 @@
+"""The compact in-memory log: packed delta runs read back as the events appended."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionledger import Session
+from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
+from sessionledger.errors import StorageRowError
+from sessionledger.eventlog import ChunkRun, EventLog
+from sessionledger.events import SessionEvent
+
+
+def text_delta(text: str, *, turn: int = 1, step: int = 1, index: int = 0) -> dict[str, Any]:
+    return {
+        "turn": turn,
+        "step": step,
+        "chunk": {"type": "text-delta", "index": index, "text": text},
+    }
+
+
+def tool_delta(args: str, *, name: str | None = None) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"type": "tool-call-delta", "index": 1, "id": "call-1"}
+    if name is not None:
+        chunk["name"] = name
+    chunk["argumentsDelta"] = args
+    return {"turn": 1, "step": 1, "chunk": chunk}
+
+
+def streamed(session: Session, datas: list[dict[str, Any]]) -> list[SessionEvent]:
+    return [session.append("assistant/chunk", data) for data in datas]
+
+
+def as_json(events: Any) -> list[bytes]:
+    return [orjson.dumps(event.to_json()) for event in events]
+
+
+def test_packed_members_read_back_as_appended() -> None:
+    session = Session.create("s")
+    appended = streamed(session, [text_delta(f"t{i}") for i in range(5)])
+    appended += streamed(session, [tool_delta("{", name="read"), tool_delta('"a"', name="read")])
+    appended += streamed(session, [tool_delta("}")])
+    appended.append(session.append("step/start", {"turn": 1, "step": 2}))
+    for event in appended:
+        again = session.event_at(event.seq)
+        assert again == event
+        assert orjson.dumps(again.to_json()) == orjson.dumps(event.to_json())
+    assert as_json(session.events) == as_json(appended)
+    assert as_json(session.events_from(3)) == as_json(appended[3:])
+
+
+def test_a_member_is_frozen_like_an_appended_event() -> None:
+    session = Session.create("s")
+    event = streamed(session, [text_delta("a"), text_delta("b")])[1]
+    member = session.event_at(event.seq)
+    with pytest.raises(TypeError):
+        member.data["turn"] = 2
+    with pytest.raises(TypeError):
+        member.data["chunk"]["text"] = "changed"
+    with pytest.raises(AttributeError):
+        member.time = 0  # type: ignore[misc]
+
+
+def test_a_delta_in_another_key_order_is_kept_as_appended() -> None:
+    session = Session.create("s")
+    data = {"chunk": {"text": "x", "index": 0, "type": "text-delta"}, "step": 1, "turn": 1}
+    event = session.append("assistant/chunk", data)
+    assert list(session.event_at(event.seq).data) == ["chunk", "step", "turn"]
+    assert orjson.dumps(session.event_at(event.seq).to_json()) == orjson.dumps(event.to_json())
+
+
+def test_runs_break_where_the_block_changes() -> None:
+    log = EventLog()
+    datas = [text_delta("a"), text_delta("b", index=1), text_delta("c", index=1), text_delta("d")]
+    session = Session.create("s")
+    events = streamed(session, datas)
+    log.extend(SessionEvent(e.type, i, e.time, e.data) for i, e in enumerate(events))
+    runs = [segment for segment in log.segments() if type(segment) is ChunkRun]
+    assert [len(run) for run in runs] == [1, 2, 1]
+    assert [e.data for e in log] == [e.data for e in events]
+
+
+def test_negative_indexes_slices_and_reversed() -> None:
+    session = Session.create("s")
+    streamed(session, [text_delta(str(i)) for i in range(6)])
+    events = session.events
+    log = session.event_log()
+    assert log[-1] == events[-1]
+    assert log[-3] == events[-3]
+    assert log[2:5] == events[2:5]
+    assert log[::2] == events[::2]
+    assert list(reversed(log)) == list(reversed(events))
+    assert log == events
+    assert log == list(events)
+    with pytest.raises(IndexError):
+        log[len(events)]
+
+
+def test_a_copy_never_extends_a_run_the_original_extends() -> None:
+    session = Session.create("s")
+    streamed(session, [text_delta("a"), text_delta("b")])
+    copy = session.event_log()
+    copied = list(copy)
+    streamed(session, [text_delta("c")])
+    copy.append(SessionEvent("assistant/chunk", len(copy), 5, session.event_at(1).data))
+    assert list(copy)[: len(copied)] == copied
+    assert copy[-1].time == 5
+    assert session.events[-1].data["chunk"]["text"] == "c"
+    assert session.seq == len(copied) + 1
+
+
+def test_unpacked_skips_runs_only() -> None:
+    session = Session.create("s")
+    streamed(session, [text_delta("a"), text_delta("b")])
+    session.append("step/start", {"turn": 1, "step": 2})
+    streamed(session, [{"turn": 1, "step": 1, "chunk": {"type": "block-start", "index": 0, "blockType": "text"}}])
+    log = session.event_log()
+    assert [(e.seq, e.type) for e in log.unpacked()] == [(2, "step/start"), (3, "assistant/chunk")]
+    assert [e.seq for e in log.unpacked(1)] == [2, 3]
+
+
+def test_streamed_deltas_leave_no_object_for_the_collector() -> None:
+    session = Session.create("s")
+    streamed(session, [text_delta("warm")])
+    gc.collect()
+    before = len(gc.get_objects())
+    for index in range(5_000):
+        session.append("assistant/chunk", text_delta(f"t{index}"))
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+
+
+def test_restore_adopts_runs_and_rejects_a_gap() -> None:
+    session = Session.create("s")
+    streamed(session, [text_delta(str(i)) for i in range(4)])
+    restored = Session.restore(session.header, session.event_log())
+    assert as_json(restored.events[: session.seq]) == as_json(session.events)
+
+
+def row_of(events: list[SessionEvent]) -> dict[str, Any]:
+    (row,) = pack_chunk_runs(events)
+    return row
+
+
+def test_a_stored_row_becomes_one_run_equal_to_its_members() -> None:
+    events = [
+        SessionEvent("assistant/chunk", 7 + k, 1_000 + 40 * k, text_delta(f"w{k}"))
+        for k in range(5)
+    ]
+    row = orjson.loads(orjson.dumps(row_of(events)))
+    run = unpack_to_log(row)
+    assert type(run) is ChunkRun
+    assert list(run.members(7, 12)) == unpack_events(row)
+    assert as_json(run.members(7, 12)) == as_json(events)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("data", "texts", 1), 5),
+        (("data", "dt", 0), True),
+        (("data", "dt", 0), 1.5),
+        (("data", "dt", 1), 2**53),
+        (("time0",), 2**53 - 2),
+        (("data", "dt"), [1]),
+    ],
+)
+def test_a_malformed_row_fails_as_the_member_check_says(path: tuple[Any, ...], value: Any) -> None:
+    events = [SessionEvent("assistant/chunk", k, 100 + k, text_delta(str(k))) for k in range(4)]
+    row = orjson.loads(orjson.dumps(row_of(events)))
+    target = row
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    with pytest.raises(StorageRowError) as expected:
+        unpack_events(row)
+    with pytest.raises(StorageRowError) as found:
+        unpack_to_log(row)
+    assert str(found.value) == str(expected.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.integers(0, 2),
+            st.integers(-(2**40), 2**40),
+            st.booleans(),
+        ),
+        max_size=40,
+    )
+)
+def test_any_stream_reads_back_exactly(parts: list[tuple[str, int, int, bool]]) -> None:
+    log = EventLog()
+    expected = []
+    for seq, (text, index, time, plain) in enumerate(parts):
+        data = text_delta(text, index=index) if plain else tool_delta(text, name=text)
+        event = Session.create("x").append("assistant/chunk", data)
+        event = SessionEvent(event.type, seq, time, event.data)
+        log.append(event)
+        expected.append(event)
+    assert as_json(log) == as_json(expected)
+    assert as_json(log.copy().plus([])) == as_json(expected)
+    assert [log[seq] for seq in range(len(expected))] == expected
