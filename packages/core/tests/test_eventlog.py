@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from sessionledger import Session
 from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
-from sessionledger.errors import StorageRowError
+from sessionledger.errors import LedgerError, StorageRowError
 from sessionledger.eventlog import ChunkRun, EventLog
 from sessionledger.events import SessionEvent
 
@@ -67,12 +67,32 @@ def test_a_member_is_frozen_like_an_appended_event() -> None:
         member.time = 0  # type: ignore[misc]
 
 
-def test_a_delta_in_another_key_order_is_kept_as_appended() -> None:
+def test_a_delta_in_another_key_order_is_frozen_in_the_canonical_order() -> None:
     session = Session.create("s")
     data = {"chunk": {"text": "x", "index": 0, "type": "text-delta"}, "step": 1, "turn": 1}
     event = session.append("assistant/chunk", data)
-    assert list(session.event_at(event.seq).data) == ["chunk", "step", "turn"]
+    assert event.data == data
+    assert list(event.data) == ["turn", "step", "chunk"]
+    assert list(event.data["chunk"]) == ["type", "index", "text"]
     assert orjson.dumps(session.event_at(event.seq).to_json()) == orjson.dumps(event.to_json())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"turn": True, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "x"}},
+        {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 1.0, "text": "x"}},
+        {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "\ud800"}},
+        {"turn": 0, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "x"}},
+        {"turn": 1, "step": 1, "chunk": {"type": "tool-call-delta", "index": 0, "id": ""}},
+        {"turn": 1, "step": 1, "chunk": {"type": ["text-delta"], "index": 0, "text": "x"}},
+    ],
+)
+def test_the_short_path_refuses_what_the_general_path_refuses(data: dict[str, Any]) -> None:
+    session = Session.create("s")
+    with pytest.raises(LedgerError):
+        session.append("assistant/chunk", data)
+    assert session.seq == 0
 
 
 def test_runs_break_where_the_block_changes() -> None:
@@ -119,7 +139,8 @@ def test_unpacked_skips_runs_only() -> None:
     session = Session.create("s")
     streamed(session, [text_delta("a"), text_delta("b")])
     session.append("step/start", {"turn": 1, "step": 2})
-    streamed(session, [{"turn": 1, "step": 1, "chunk": {"type": "block-start", "index": 0, "blockType": "text"}}])
+    start = {"type": "block-start", "index": 0, "blockType": "text"}
+    streamed(session, [{"turn": 1, "step": 1, "chunk": start}])
     log = session.event_log()
     assert [(e.seq, e.type) for e in log.unpacked()] == [(2, "step/start"), (3, "assistant/chunk")]
     assert [e.seq for e in log.unpacked(1)] == [2, 3]

@@ -17,19 +17,15 @@ from itertools import accumulate
 from typing import Any, Final, final, overload
 
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import FrozenDict, mark_shallow
+from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, mark_shallow, string_flaw
 
-__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields"]
+__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields", "freeze_delta"]
 
 #: The one event type a run holds.
 CHUNK_TYPE: Final = "assistant/chunk"
 
 _TEXT_KINDS: Final = ("text-delta", "reasoning-delta")
 _TOOL_KIND: Final = "tool-call-delta"
-_DATA_KEYS: Final = ("turn", "step", "chunk")
-_TEXT_KEYS: Final = ("type", "index", "text")
-_TOOL_KEYS: Final = ("type", "index", "id", "argumentsDelta")
-_NAMED_TOOL_KEYS: Final = ("type", "index", "id", "name", "argumentsDelta")
 
 #: (kind, turn, step, index, call id, name, text): what makes members of one run, and the
 #: member's own text.
@@ -38,31 +34,91 @@ DeltaFields = tuple[str, int, int, int, "str | None", "str | None", str]
 
 def delta_fields(data: Any) -> DeltaFields | None:
     """Return the run fields of an ``assistant/chunk`` event's frozen *data* when it is a
-    delta a run can hold exactly (its keys in the canonical order, as a rebuilt member has
-    them), else None."""
-    if type(data) is not FrozenDict or tuple(data) != _DATA_KEYS:
+    delta a run can hold exactly, else None. (Keys may come in any order: a member is
+    rebuilt in the canonical order, as a stored row's members are, docs/formats.md.)"""
+    if type(data) is not FrozenDict or len(data) != 3:
         return None
-    chunk, turn, step = data["chunk"], data["turn"], data["step"]
-    if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
-        return None
-    keys = tuple(chunk)
-    if keys == _TEXT_KEYS:
-        kind, index, text = chunk["type"], chunk["index"], chunk["text"]
-        if kind in _TEXT_KINDS and type(index) is int and type(text) is str:
-            return kind, turn, step, index, None, None, text
-        return None
-    if keys == _TOOL_KEYS:
-        name = None
-    elif keys == _NAMED_TOOL_KEYS:
-        name = chunk["name"]
-        if type(name) is not str:
+    try:
+        chunk, turn, step = data["chunk"], data["turn"], data["step"]
+        if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
             return None
-    else:
+        kind, index = chunk["type"], chunk["index"]
+        if type(index) is not int:
+            return None
+        if kind in _TEXT_KINDS:
+            text = chunk["text"]
+            if len(chunk) == 3 and type(text) is str:
+                return kind, turn, step, index, None, None, text
+            return None
+        if kind != _TOOL_KIND or not 4 <= len(chunk) <= 5:
+            return None
+        call_id, text = chunk["id"], chunk["argumentsDelta"]
+        name = chunk["name"] if len(chunk) == 5 else None
+    except KeyError:
         return None
-    kind, index, call_id, text = chunk["type"], chunk["index"], chunk["id"], chunk["argumentsDelta"]
-    if kind == _TOOL_KIND and type(index) is int and type(call_id) is str and type(text) is str:
+    if type(call_id) is str and type(text) is str and (name is None or type(name) is str):
         return kind, turn, step, index, call_id, name, text
     return None
+
+
+_KINDS: Final = {kind: kind for kind in (*_TEXT_KINDS, _TOOL_KIND)}
+
+
+def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
+    """Validate and freeze the data of a well-formed streamed delta in one step, or
+    return None when *data* is anything else (the general path then snapshots it and
+    checks its shape, and says what is wrong).
+
+    The append hot path: it accepts only what ``snapshot`` and the chunk shape check
+    both accept (exact types, safe integers, turn and step >= 1, index >= 0, strings
+    UTF-8 can hold) and builds the frozen data in the canonical key order, as a member
+    read back from the log or from a stored row has it."""
+    if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
+        return None
+    try:
+        chunk, turn, step = data["chunk"], data["turn"], data["step"]
+        if (type(chunk) is not dict and type(chunk) is not FrozenDict) or not (
+            type(turn) is int
+            and type(step) is int
+            and 1 <= turn <= MAX_SAFE_INTEGER
+            and 1 <= step <= MAX_SAFE_INTEGER
+        ):
+            return None
+        kind, index = _KINDS.get(chunk["type"]), chunk["index"]  # exact str, or None
+        if kind is None or type(index) is not int or not 0 <= index <= MAX_SAFE_INTEGER:
+            return None
+        if kind is _TOOL_KIND:
+            size = len(chunk)
+            call_id, text = chunk["id"], chunk["argumentsDelta"]
+            name = chunk["name"] if size == 5 else None
+            if (
+                not 4 <= size <= 5
+                or type(call_id) is not str
+                or not call_id
+                or (size == 5 and type(name) is not str)
+                or (not call_id.isascii() and string_flaw(call_id))
+                or (name is not None and not name.isascii() and string_flaw(name))
+            ):
+                return None
+        else:
+            call_id = name = None
+            text = chunk["text"]
+            if len(chunk) != 3:
+                return None
+    except (KeyError, TypeError):  # TypeError: an unhashable chunk type
+        return None
+    if type(text) is not str or (not text.isascii() and string_flaw(text)):
+        return None
+    if call_id is None:
+        frozen_chunk = FrozenDict(type=kind, index=index, text=text)
+    elif name is None:
+        frozen_chunk = FrozenDict(type=kind, index=index, id=call_id, argumentsDelta=text)
+    else:
+        frozen_chunk = FrozenDict(
+            type=kind, index=index, id=call_id, name=name, argumentsDelta=text
+        )
+    frozen = mark_shallow(FrozenDict(turn=turn, step=step, chunk=frozen_chunk))
+    return frozen, (kind, turn, step, index, call_id, name, text)
 
 
 @final
@@ -73,6 +129,7 @@ class ChunkRun:
     is never changed."""
 
     __slots__ = (
+        "_width",
         "_gaps",
         "_time0",
         "_times",
@@ -99,6 +156,7 @@ class ChunkRun:
         # A run read from storage keeps its row's gaps and adds them up only when a
         # member's time is first asked for: a cold load reads few members, if any.
         self.kind, self.turn, self.step, self.index, self.call_id, self.name, _ = fields
+        self._width = 3 if self.call_id is None else 4 if self.name is None else 5
         self.seq0 = seq0
         self._times = times
         self._time0 = time0
@@ -132,6 +190,35 @@ class ChunkRun:
             and self.call_id == fields[4]
             and self.name == fields[5]
         )
+
+    def next_text(self, data: Any) -> str | None:
+        """Return the text of *data* when it is a delta of this run's block, else None.
+
+        The append hot path: fields are compared by identity, which is exact (``True``
+        is not ``1``) and holds for the small ints a stream repeats; a field that is
+        merely equal is left to ``delta_fields`` and ``holds``."""
+        try:
+            chunk = data["chunk"]
+            if not (
+                type(data) is FrozenDict
+                and len(data) == 3
+                and data["turn"] is self.turn
+                and data["step"] is self.step
+                and type(chunk) is FrozenDict
+                and len(chunk) == self._width
+                and chunk["index"] is self.index
+                and chunk["type"] == self.kind
+            ):
+                return None
+            if self.call_id is None:
+                text = chunk["text"]
+            elif chunk["id"] == self.call_id and (self.name is None or chunk["name"] == self.name):
+                text = chunk["argumentsDelta"]
+            else:
+                return None
+        except (KeyError, TypeError):
+            return None
+        return text if type(text) is str else None
 
     def member(self, seq: int) -> SessionEvent:
         """Rebuild the member with *seq* (frozen, canonical key order)."""
@@ -187,15 +274,38 @@ class EventLog(Sequence[SessionEvent]):
     def append(self, event: SessionEvent) -> None:
         """Add *event* (its seq must be the log's length; the caller checked it)."""
         slots = self._slots
-        if event.type != CHUNK_TYPE or event.surface_op is not None or event.ignorable:
+        if (
+            event.type != CHUNK_TYPE
+            or event.surface_op is not None
+            or event.ignorable
+            or event.source_event_seqs is not None
+        ):
             slots.append(event)
             self._open = None
             return
-        fields = delta_fields(event.data) if event.source_event_seqs is None else None
+        run = self._open
+        if run is not None and run.seq0 + len(run.texts) == len(slots):
+            text = run.next_text(event.data)
+            if text is not None:
+                run._times.append(event.time)  # type: ignore[union-attr]
+                run.texts.append(text)  # type: ignore[union-attr]
+                slots.append(run)
+                return
+        fields = delta_fields(event.data)
         if fields is None:
             slots.append(event)
             self._open = None
             return
+        if run is not None and run.seq0 + len(run.texts) == len(slots) and run.holds(fields):
+            run._times.append(event.time)  # type: ignore[union-attr]
+            run.texts.append(fields[6])  # type: ignore[union-attr]
+        else:
+            run = self._open = ChunkRun(fields, len(slots), array("q", (event.time,)), [fields[6]])
+        slots.append(run)
+
+    def append_delta(self, event: SessionEvent, fields: DeltaFields) -> None:
+        """Add a delta *event* whose run fields the caller already has (``freeze_delta``)."""
+        slots = self._slots
         run = self._open
         if run is not None and run.seq0 + len(run.texts) == len(slots) and run.holds(fields):
             run._times.append(event.time)  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from sessionledger.errors import (
     SeedError,
     UnknownEventTypeError,
 )
-from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
+from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, DeltaFields, EventLog, freeze_delta
 from sessionledger.events import (
     SessionEvent,
     SessionHeader,
@@ -106,6 +106,7 @@ class Session:
         "_header",
         "_hooks",
         "_log",
+        "_plain_chunks",
         "_surface",
         "_types",
         "__weakref__",
@@ -122,6 +123,7 @@ class Session:
         self._events_view: tuple[SessionEvent, ...] | None = ()
         self._hooks = _NO_HOOKS
         self._types = _CORE_TYPES.declarations
+        self._plain_chunks = _plain_chunks(self._types)
         self._busy = False
         self._first_live_seq = 0
 
@@ -149,6 +151,7 @@ class Session:
         session = cls(header, clock)
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
+        session._plain_chunks = _plain_chunks(session._types)
         if seed is not None:
             session._load_seed(seed, copy=True, strict=hooks.refuse_unknown_types)
         session._hooks = hooks
@@ -174,6 +177,7 @@ class Session:
         session = cls(header, _checked(clock))
         hooks = hooks or _NO_HOOKS
         session._types = hooks.event_types.declarations
+        session._plain_chunks = _plain_chunks(session._types)
         # The store's read path decides about unknown types (reading keeps them, going
         # live refuses them), so restoring never refuses one.
         session._load_seed(events, copy=False, strict=False)
@@ -288,6 +292,15 @@ class Session:
         A failure at any step before the commit leaves the session exactly as it was.
         """
         if (
+            type == CHUNK_TYPE
+            and surface_op is None
+            and source_event_seqs is None
+            and ignorable is False
+            and self._plain_chunks
+            and (delta := freeze_delta(data)) is not None
+        ):
+            return self._append_delta(*delta)
+        if (
             builtin_type(type) is not str
             or not type
             or (not type.isascii() and string_flaw(type))
@@ -342,6 +355,36 @@ class Session:
         log.append(event)
         if plan is not None:
             self._surface.apply(event, plan)
+        self._events_view = None
+        if hooks.post_commit:
+            self._notify(hooks.post_commit, event)
+        return event
+
+    def _append_delta(self, frozen: Any, fields: DeltaFields) -> SessionEvent:
+        """``append`` of a well-formed streamed delta (already validated and frozen by
+        ``freeze_delta``): the same pipeline, without the steps that cannot apply to it
+        (no surface change, no registered check; the shape is proved)."""
+        if self._busy:
+            raise ReentrantAppendError(
+                "append was called from inside a hook of the same session",
+                session_id=self._header.id,
+            )
+        log = self._log
+        try:
+            event = make_event(CHUNK_TYPE, len(log), self._clock(), frozen, None, None, False)
+        except LedgerError as error:
+            if error.session_id is None:
+                error.session_id = self._header.id
+            raise
+        hooks = self._hooks
+        if hooks.validators:
+            self._busy = True
+            try:
+                for validate in hooks.validators:
+                    validate(self, event)
+            finally:
+                self._busy = False
+        log.append_delta(event, fields)
         self._events_view = None
         if hooks.post_commit:
             self._notify(hooks.post_commit, event)
@@ -454,6 +497,13 @@ class Session:
 
 
 builtin_type = type
+
+
+def _plain_chunks(types: Mapping[str, Any]) -> bool:
+    """Tell whether chunks are declared as the core declares them (no registered check,
+    not ignorable), so a well-formed delta may take the short path of ``append``."""
+    declared = types.get(CHUNK_TYPE)
+    return declared is not None and declared.validate is None and not declared.ignorable
 
 
 def _checked(clock: Clock | None) -> Clock:
