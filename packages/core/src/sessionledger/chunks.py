@@ -201,7 +201,9 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
         else:
             fields = (kind[0], data["turn"], data["step"], data["index"], None)
             name = None
-        return ChunkRun((*fields, name, ""), seq0, None, payload, time0=time0, gaps=gaps)
+        run = ChunkRun((*fields, name, ""), seq0, None, payload, time0=time0, gaps=gaps)
+        run.seal()
+        return run
     # Some member is malformed: the member-by-member check raises, naming it.
     return _expand_row(record, tag, kind[0], kind[1], as_events=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, final, overload
+from typing import Any, Final, final, overload
 
 from sessionledger.chunks import unpack_events, unpack_to_log
 from sessionledger.errors import (
@@ -123,7 +123,9 @@ def stored_header(
         ) from None
 
 
-def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> ScannedLog:
+def scan_log(
+    session_id: str, raw: RawLog, *, contiguous_from: int | None, release: bool = False
+) -> ScannedLog:
     """Apply the committed-region rule to a raw log (docs/durability.md, "torn tails and
     corruption").
 
@@ -133,7 +135,9 @@ def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> Sc
     (``CorruptLogError``, naming the batch); only the batches after it are a torn tail.
     On a medium that cannot tear every record is committed, and any damage is
     corruption. Seqs must continue from *contiguous_from*, or from the first record's
-    when None (a read that started inside the log).
+    when None (a read that started inside the log). With *release*, each committed record
+    is dropped from ``raw.records`` once decoded, so a large log's parsed form and its
+    events are not both held at the peak of a cold load (the caller reads *raw* no more).
     """
     check_version(raw.header, raw.location)
     header = stored_header(raw.header, session_id, raw.location)
@@ -145,13 +149,18 @@ def scan_log(session_id: str, raw: RawLog, *, contiguous_from: int | None) -> Sc
         )
     found = None if raw.torn_at is None else TornTail(None, 0, 0, None)
     if raw.batches is None:
-        events = _Decoder(session_id, raw, contiguous_from).records(raw.records, None)
+        decoder = _Decoder(session_id, raw, contiguous_from)
+        events = decoder.records(raw.records, None)
+        if release:
+            decoder.release(0, len(raw.records))
         return ScannedLog(header, events, raw.torn_at, raw.revision, raw.location, torn=found)
     intact = [index for index, batch in enumerate(raw.batches) if batch.problem is None]
     committed = raw.batches[: intact[-1] + 1] if intact else ()
     decoder = _Decoder(session_id, raw, contiguous_from)
     for batch in committed:
         decoder.batch(batch)
+        if release:
+            decoder.release(batch.start, batch.end)
     torn = raw.batches[len(committed) :]
     if not torn:
         return ScannedLog(
@@ -222,6 +231,13 @@ class _Decoder:
         # inside the log gets a plain list of its tail.
         self.events: EventLog | list[SessionEvent] = EventLog() if contiguous_from == 0 else []
 
+    def release(self, start: int, end: int) -> None:
+        """Drop the decoded records ``start:end`` from the raw log (a list: any other
+        sequence is left alone)."""
+        records = self.raw.records
+        if type(records) is list:
+            records[start:end] = [_RELEASED] * (end - start)
+
     def damaged(self, where: str, reason: str, line: int | None) -> CorruptLogError:
         return CorruptLogError(
             f"committed region is damaged at {where}: {reason}",
@@ -277,7 +293,7 @@ class _Decoder:
                         f"seq gap (expected {self.expected}, got {decoded.seq0})",
                         record.line,
                     )
-                count = len(decoded.texts)
+                count = len(decoded)
                 if type(events) is EventLog:
                     events.add_run(decoded)
                 else:
@@ -298,6 +314,10 @@ class _Decoder:
             events.extend(decoded)
             self.expected += len(decoded)
         return events
+
+
+#: What a released record becomes: its value is gone, its place is kept.
+_RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:

@@ -4,7 +4,7 @@ Most events of an agent session are ``assistant/chunk`` deltas the model never s
 again. Held as objects, each costs several hundred bytes and three objects the cyclic
 collector must visit on every full collection, so memory and append cost would grow with
 the log. A run of deltas of one stream block is kept instead as one ``ChunkRun``: the
-fields its members share once, their times in an ``array`` and their texts in a list. A
+fields its members share once, their times in an ``array`` and their texts in one string. A
 member is rebuilt, equal to the event that was appended, whenever it is read; every other
 event is kept as it is (docs/reading.md, "memory").
 """
@@ -124,16 +124,23 @@ def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
 @final
 class ChunkRun:
     """Consecutive deltas of one stream block: member ``k`` has seq ``seq0 + k``, time
-    ``times[k]`` and text ``texts[k]``. Only the log that built a run extends it, and only
-    while the run ends its log; a run shared with another log, or made from a stored row,
-    is never changed."""
+    ``times[k]`` and the ``k``-th text. Only the log that built a run extends it, and only
+    while the run ends its log (``end`` is the seq after its last member); a run shared
+    with another log, or made from a stored row, is never extended.
+
+    While a run is open its texts are a list; once closed (``seal``) they are one string
+    and the offsets where each ends, so a token-sized delta costs its characters and four
+    bytes instead of a string object of fifty."""
 
     __slots__ = (
-        "_width",
+        "_ends",
         "_gaps",
+        "_joined",
         "_time0",
         "_times",
+        "_width",
         "call_id",
+        "end",
         "index",
         "kind",
         "name",
@@ -158,10 +165,13 @@ class ChunkRun:
         self.kind, self.turn, self.step, self.index, self.call_id, self.name, _ = fields
         self._width = 3 if self.call_id is None else 4 if self.name is None else 5
         self.seq0 = seq0
+        self.end = seq0 + len(texts)
         self._times = times
         self._time0 = time0
         self._gaps = gaps
-        self.texts = texts
+        self.texts: list[str] | tuple[str, ...] | None = texts
+        self._joined = ""
+        self._ends: array[int] | None = None
 
     @property
     def times(self) -> array[int]:
@@ -172,13 +182,27 @@ class ChunkRun:
             self._gaps = None
         return times
 
-    @property
-    def last_time(self) -> int:
-        """The last member's time."""
-        return self.times[-1]
-
     def __len__(self) -> int:
-        return len(self.texts)
+        return self.end - self.seq0
+
+    def text(self, offset: int) -> str:
+        """The text of the member at *offset* (0 for the first)."""
+        texts = self.texts
+        if texts is not None:
+            return texts[offset]
+        ends: array[int] = self._ends  # type: ignore[assignment]
+        return self._joined[ends[offset - 1] if offset else 0 : ends[offset]]
+
+    def seal(self) -> None:
+        """Pack the texts of a closed run into one string (nothing changes for readers)."""
+        texts = self.texts
+        if texts is None or len(texts) < 2:
+            return
+        joined = "".join(texts)
+        kind = "I" if len(joined) < 2**32 and array("I").itemsize >= 4 else "q"
+        self._ends = array(kind, accumulate(map(len, texts)))
+        self._joined = joined
+        self.texts = None
 
     def holds(self, fields: DeltaFields) -> bool:
         """Tell whether a delta with *fields* belongs to this run's block."""
@@ -223,7 +247,7 @@ class ChunkRun:
     def member(self, seq: int) -> SessionEvent:
         """Rebuild the member with *seq* (frozen, canonical key order)."""
         offset = seq - self.seq0
-        text = self.texts[offset]
+        text = self.text(offset)
         time = self.times[offset]
         if self.call_id is None:
             chunk = FrozenDict(type=self.kind, index=self.index, text=text)
@@ -280,39 +304,47 @@ class EventLog(Sequence[SessionEvent]):
             or event.ignorable
             or event.source_event_seqs is not None
         ):
+            if self._open is not None:
+                self._close()
             slots.append(event)
-            self._open = None
             return
         run = self._open
-        if run is not None and run.seq0 + len(run.texts) == len(slots):
+        if run is not None and run.end == len(slots):
             text = run.next_text(event.data)
             if text is not None:
                 run._times.append(event.time)  # type: ignore[union-attr]
                 run.texts.append(text)  # type: ignore[union-attr]
+                run.end += 1
                 slots.append(run)
                 return
         fields = delta_fields(event.data)
         if fields is None:
+            self._close()
             slots.append(event)
-            self._open = None
             return
-        if run is not None and run.seq0 + len(run.texts) == len(slots) and run.holds(fields):
-            run._times.append(event.time)  # type: ignore[union-attr]
-            run.texts.append(fields[6])  # type: ignore[union-attr]
-        else:
-            run = self._open = ChunkRun(fields, len(slots), array("q", (event.time,)), [fields[6]])
-        slots.append(run)
+        self.append_delta(event, fields)
 
     def append_delta(self, event: SessionEvent, fields: DeltaFields) -> None:
         """Add a delta *event* whose run fields the caller already has (``freeze_delta``)."""
         slots = self._slots
         run = self._open
-        if run is not None and run.seq0 + len(run.texts) == len(slots) and run.holds(fields):
+        if run is not None and run.end == len(slots) and run.holds(fields):
             run._times.append(event.time)  # type: ignore[union-attr]
             run.texts.append(fields[6])  # type: ignore[union-attr]
+            run.end += 1
         else:
+            self._close()
             run = self._open = ChunkRun(fields, len(slots), array("q", (event.time,)), [fields[6]])
         slots.append(run)
+
+    def _close(self) -> None:
+        """Stop extending the open run; seal it if it still ends this log (a run a copy
+        extended past it is the copy's to seal)."""
+        run = self._open
+        if run is not None:
+            if run.end == len(self._slots):
+                run.seal()
+            self._open = None
 
     def extend(self, events: Iterable[SessionEvent]) -> None:
         """Append each of *events* in order."""
@@ -324,8 +356,8 @@ class EventLog(Sequence[SessionEvent]):
         another log); the log never extends it."""
         if run.seq0 != len(self._slots):
             raise ValueError(f"a run starting at seq {run.seq0} cannot follow {len(self._slots)}")
-        self._slots.extend([run] * len(run.texts))
-        self._open = None
+        self._close()
+        self._slots.extend([run] * len(run))
 
     def copy(self) -> EventLog:
         """Return a log with the same events (runs are shared, never extended by both)."""
@@ -384,7 +416,7 @@ class EventLog(Sequence[SessionEvent]):
                 seq += 1
                 continue
             run: ChunkRun = slot
-            until = min(end, run.seq0 + len(run.texts))
+            until = min(end, run.end)
             yield from run.members(seq, until)
             seq = until
 
@@ -401,7 +433,7 @@ class EventLog(Sequence[SessionEvent]):
                 seq += 1
             else:
                 run: ChunkRun = slot
-                seq = run.seq0 + len(run.texts)
+                seq = run.end
 
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared
@@ -416,13 +448,13 @@ class EventLog(Sequence[SessionEvent]):
                 seq += 1
                 continue
             run: ChunkRun = slot
-            stop = run.seq0 + len(run.texts)
+            stop = run.end
             if stop > end:
                 run = ChunkRun(
                     (run.kind, run.turn, run.step, run.index, run.call_id, run.name, ""),
                     run.seq0,
                     run.times[: end - run.seq0],
-                    run.texts[: end - run.seq0],
+                    [run.text(offset) for offset in range(end - run.seq0)],
                 )
                 stop = end
             yield run

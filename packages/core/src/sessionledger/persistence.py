@@ -463,7 +463,7 @@ class SessionPersistence(SessionCatalog):
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
         with _gc_paused():
-            scan = scan_log(session_id, raw, contiguous_from=0)
+            scan = scan_log(session_id, raw, contiguous_from=0, release=True)
             events = scan.events
             hooks = hooks or SessionHooks(event_types=self.event_types)
             closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]

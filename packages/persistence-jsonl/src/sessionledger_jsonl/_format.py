@@ -64,14 +64,14 @@ _HEADER_TAG: Final = "session"
 _COMMIT: Final = "commit"
 
 
-def parse_line(line: bytes) -> Any:
+def parse_line(line: bytes | memoryview) -> Any:
     """Parse one line; ``UNPARSABLE`` when it is not JSON (empty lines included)."""
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
         pass
     try:
-        return jsoncodec.loads(line)  # nesting deeper than orjson reads
+        return jsoncodec.loads(bytes(line))  # nesting deeper than orjson reads
     except ValueError:
         return UNPARSABLE
 
@@ -192,12 +192,15 @@ def split_batches(
     batches: list[RawBatch] = []
     view = memoryview(data)
     header_crc = zlib.crc32(view[:body])  # the first batch's checksum covers the header
-    lines = data[body:].split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline, else a torn fragment
+    # Lines are parsed in place (views of *data*): a copy of a large log, and another
+    # split into lines, would double a cold load's peak memory for nothing.
+    ends = _line_ends(data, body)
+    tail = len(data) > (ends[-1] + 1 if ends else body)  # a torn fragment after the last
     position = start = body
     first_record = 0
     first_line = 2
-    for number, line in enumerate(lines, start=2):
+    for number, end_at in enumerate(ends, start=2):
+        line = view[position:end_at]
         value = parse_line(line)
         fields = _commit_fields(value)
         if fields is None:
@@ -229,7 +232,7 @@ def split_batches(
         position += len(line) + 1
         start, first_record, first_line = position, len(records), number + 1
     if tail:
-        records.append(RawRecord(UNPARSABLE, position, f"line {len(lines) + 2}", len(lines) + 2))
+        records.append(RawRecord(UNPARSABLE, position, f"line {len(ends) + 2}", len(ends) + 2))
     if first_record < len(records):
         label = f"batch {len(batches) + 1} (from line {first_line})"
         batches.append(
@@ -243,6 +246,17 @@ def split_batches(
             )
         )
     return records, batches
+
+
+def _line_ends(data: bytes, body: int) -> list[int]:
+    """Return where each complete line after *body* ends (the offset of its newline)."""
+    ends = []
+    find = data.find
+    at = find(b"\n", body)
+    while at >= 0:
+        ends.append(at)
+        at = find(b"\n", at + 1)
+    return ends
 
 
 def committed_end(last_line: bytes) -> int | None:
