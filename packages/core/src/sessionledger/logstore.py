@@ -13,9 +13,11 @@ rows, made by the core's codec (``sessionledger.chunks``). A store keeps them ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, final
 
 from sessionledger.errors import ConfigError
@@ -34,7 +36,30 @@ __all__ = [
     "Repair",
     "RepairReceipt",
     "SearchRow",
+    "collector_paused",
 ]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Defer the cyclic garbage collector while a stored log is parsed or decoded.
+
+    Parsing and decoding build container objects that all survive, so the collector
+    would traverse the growing heap again and again for nothing (it was most of a cold
+    load before the pause; bench/ANALYSIS.md, figures 5 and 8). Reference counting frees
+    garbage as usual meanwhile. For a synchronous stretch only (a store's reading thread
+    or the core's decode, never across an await); left alone if the collector is already
+    off, so nested or concurrent pauses only ever delay a collection.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
 
 #: Stands in for a record a store could not parse (``RawRecord.value``).
 UNPARSABLE: Final = object()

@@ -14,9 +14,8 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-import gc
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from sessionledger._failpoints import failpoint
@@ -45,7 +44,7 @@ from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.listing import (
     SessionInfo,
 )
-from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt
+from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt, collector_paused
 from sessionledger.refusals import held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
@@ -462,7 +461,7 @@ class SessionPersistence(SessionCatalog):
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
-        with _gc_paused():
+        with collector_paused():
             scan = scan_log(session_id, raw, contiguous_from=0, release=True)
             events = scan.events
             hooks = hooks or SessionHooks(event_types=self.event_types)
@@ -557,23 +556,3 @@ def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:
         session_id=session_id,
         seq=seq,
     )
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Defer the cyclic garbage collector while a stored log is decoded.
-
-    Decoding builds a few container objects per event, all of which survive, so the
-    collector would traverse the growing heap again and again for nothing: measured, that
-    was ~70 % of a cold load of 100k events (bench/RESULTS.md, figure 5). Reference
-    counting frees garbage as usual meanwhile, and no await happens inside, so only this
-    synchronous stretch runs without the collector. Left alone if it is already disabled.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

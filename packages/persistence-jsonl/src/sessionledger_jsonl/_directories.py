@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from sessionledger.errors import CorruptLogError, HeaderError, LedgerError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import RawLog
+from sessionledger.logstore import RawLog, collector_paused
 from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
     LOG_NAME,
@@ -184,7 +184,8 @@ class SessionDirectories:
             )
         header, incarnation = parse_header(data[:end], path, session_id)
         self._check_location(session_id, header, place, path)
-        records, batches = split_batches(data, end + 1, path)
+        with collector_paused():
+            records, batches = split_batches(data, end + 1, path)
         return RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
 
     def _stable_read(self, fd: int) -> tuple[bytes, os.stat_result]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from sessionledger import rows
-from sessionledger.logstore import RawLog, RawRecord
+from sessionledger.logstore import RawLog, RawRecord, collector_paused
 
 __all__ = ["EVENT_COLUMNS", "HEADER_COLUMNS", "SESSION_COLUMNS", "raw_log", "row_end"]
 
@@ -32,9 +32,11 @@ def raw_log(
 ) -> RawLog:
     """The log of one ``sessions`` row (``SESSION_COLUMNS``) and its ``events`` rows
     (``EVENT_COLUMNS``, in seq order)."""
-    records = [
-        RawRecord(rows.record_from_columns(*row), row[0], f"row seq {row[0]}") for row in event_rows
-    ]
+    with collector_paused():
+        records = [
+            RawRecord(rows.record_from_columns(*row), row[0], f"row seq {row[0]}")
+            for row in event_rows
+        ]
     torn_at = None
     last = event_rows[-1] if event_rows else None
     end = 0 if last is None else row_end([(last[0], last[6], last[3])])
