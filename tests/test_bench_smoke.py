@@ -68,6 +68,19 @@ def test_core_groups_run_and_render(tmp_path: Path) -> None:
     assert len(encoded["figures"]) == len(results["figures"])
 
 
+def test_scaling_and_memory_groups_run() -> None:
+    results = run.run_groups(["scaling", "memory"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    figures = {figure.key: figure for figure in results["figures"]}
+    assert {"8-append", "8-append-gc", "8-load", "8-load-raw", "12-resident", "12-rss"} <= set(
+        figures
+    )
+    # Figure 12's two numbers are a size per event and a peak RSS, not timings.
+    assert 0 < figures["12-resident"].ratio < 10_000  # type: ignore[operator]
+    assert 1 < figures["12-rss"].ratio < 10_000  # type: ignore[operator]
+    assert "## Figure 12 detail" in run.render(results)
+
+
 @pytest.mark.skipif(fig_peers.available() is not None, reason="peers not installed")
 def test_peers_group_runs() -> None:
     results = run.run_groups(["peers"], TINY, log=lambda line: None)

@@ -167,10 +167,7 @@ def unpack_events(record: Any) -> list[SessionEvent]:
     Same rules as ``unpack_record`` followed by ``SessionEvent.from_json``; row members are
     built frozen directly instead of being validated a second time.
     """
-    try:
-        kind = _ROW_KINDS.get(record.get("type"))
-    except (AttributeError, TypeError):
-        kind = None
+    kind = _row_kind(record)
     if kind is None:
         return [SessionEvent.from_json(record)]
     return _expand_row(record, record["type"], kind[0], kind[1], as_events=True)
@@ -180,10 +177,7 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
     """Decode one storage record for an in-memory log: a row becomes one ``ChunkRun``
     without building its members (validated as strictly as ``unpack_events`` does, at
     the speed of a few passes in C over its lists), anything else its events."""
-    try:
-        kind = _ROW_KINDS.get(record.get("type"))
-    except (AttributeError, TypeError):
-        kind = None
+    kind = _row_kind(record)
     if kind is None:
         return [SessionEvent.from_json(record)]
     tag = record["type"]
@@ -206,6 +200,14 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
         return run
     # Some member is malformed: the member-by-member check raises, naming it.
     return _expand_row(record, tag, kind[0], kind[1], as_events=True)
+
+
+def _row_kind(record: Any) -> tuple[str, str] | None:
+    """The (member chunk type, payload key) of a row, None for any other record."""
+    try:
+        return _ROW_KINDS.get(record.get("type"))
+    except (AttributeError, TypeError):  # not a mapping, or an unhashable type
+        return None
 
 
 def _only_strings(values: Any) -> bool:

@@ -404,61 +404,46 @@ class EventLog(Sequence[SessionEvent]):
             slot = slots[seq]
             yield slot if type(slot) is SessionEvent else slot.member(seq)
 
-    def iter_from(self, start: int, stop: int | None = None) -> Iterator[SessionEvent]:
-        """Yield the events from seq *start* up to *stop* (the end when None)."""
+    def _walk(self, start: int, stop: int | None) -> Iterator[tuple[int, Slot, int]]:
+        """Yield ``(seq, slot, until)`` from seq *start* up to *stop*: each event no run
+        holds once (``until`` = seq + 1), each run once, from *seq* up to ``until``."""
         slots = self._slots
         end = len(slots) if stop is None else min(stop, len(slots))
         seq = max(start, 0)
         while seq < end:
             slot = slots[seq]
+            until = seq + 1 if type(slot) is SessionEvent else min(end, slot.end)
+            yield seq, slot, until
+            seq = until
+
+    def iter_from(self, start: int, stop: int | None = None) -> Iterator[SessionEvent]:
+        """Yield the events from seq *start* up to *stop* (the end when None)."""
+        for seq, slot, until in self._walk(start, stop):
             if type(slot) is SessionEvent:
                 yield slot
-                seq += 1
-                continue
-            run: ChunkRun = slot
-            until = min(end, run.end)
-            yield from run.members(seq, until)
-            seq = until
+            else:
+                yield from slot.members(seq, until)
 
     def unpacked(self, start: int = 0) -> Iterator[SessionEvent]:
         """Yield the events from seq *start* on that no run holds: every event that is
         not a streamed delta, without rebuilding one delta."""
-        slots = self._slots
-        end = len(slots)
-        seq = max(start, 0)
-        while seq < end:
-            slot = slots[seq]
+        for _, slot, _ in self._walk(start, None):
             if type(slot) is SessionEvent:
                 yield slot
-                seq += 1
-            else:
-                run: ChunkRun = slot
-                seq = run.end
 
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared
         with a longer log is cut to this log's length)."""
-        slots = self._slots
-        end = len(slots)
-        seq = 0
-        while seq < end:
-            slot = slots[seq]
-            if type(slot) is SessionEvent:
-                yield slot
-                seq += 1
-                continue
-            run: ChunkRun = slot
-            stop = run.end
-            if stop > end:
-                run = ChunkRun(
+        for seq, slot, until in self._walk(0, None):
+            if type(slot) is ChunkRun and until < slot.end:
+                run = slot
+                slot = ChunkRun(
                     (run.kind, run.turn, run.step, run.index, run.call_id, run.name, ""),
-                    run.seq0,
-                    run.times[: end - run.seq0],
-                    [run.text(offset) for offset in range(end - run.seq0)],
+                    seq,
+                    run.times[: until - seq],
+                    [run.text(offset) for offset in range(until - seq)],
                 )
-                stop = end
-            yield run
-            seq = stop
+            yield slot
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventLog | tuple | list):

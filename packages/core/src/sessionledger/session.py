@@ -346,12 +346,7 @@ class Session:
             raise
         hooks = self._hooks
         if hooks.validators:
-            self._busy = True
-            try:
-                for validate in hooks.validators:
-                    validate(self, event)
-            finally:
-                self._busy = False
+            self._vet(hooks.validators, event)
         log.append(event)
         if plan is not None:
             self._surface.apply(event, plan)
@@ -378,17 +373,21 @@ class Session:
             raise
         hooks = self._hooks
         if hooks.validators:
-            self._busy = True
-            try:
-                for validate in hooks.validators:
-                    validate(self, event)
-            finally:
-                self._busy = False
+            self._vet(hooks.validators, event)
         log.append_delta(event, fields)
         self._events_view = None
         if hooks.post_commit:
             self._notify(hooks.post_commit, event)
         return event
+
+    def _vet(self, validators: tuple[Validator, ...], event: SessionEvent) -> None:
+        """Run the pre-commit validators on the candidate; any exception vetoes it."""
+        self._busy = True
+        try:
+            for validate in validators:
+                validate(self, event)
+        finally:
+            self._busy = False
 
     def _notify(self, observers: tuple[tuple[str, Observer], ...], event: SessionEvent) -> None:
         """Hand a committed event to the recorder and each observer in turn; a failure of
