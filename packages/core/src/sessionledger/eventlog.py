@@ -87,21 +87,14 @@ def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
         kind, index = _KINDS.get(chunk["type"]), chunk["index"]  # exact str, or None
         if kind is None or type(index) is not int or not 0 <= index <= MAX_SAFE_INTEGER:
             return None
+        call_id: str | None = None
+        name: str | None = None
         if kind is _TOOL_KIND:
-            size = len(chunk)
-            call_id, text = chunk["id"], chunk["argumentsDelta"]
-            name = chunk["name"] if size == 5 else None
-            if (
-                not 4 <= size <= 5
-                or type(call_id) is not str
-                or not call_id
-                or (size == 5 and type(name) is not str)
-                or (not call_id.isascii() and string_flaw(call_id))
-                or (name is not None and not name.isascii() and string_flaw(name))
-            ):
+            tool = _tool_fields(chunk)
+            if tool is None:
                 return None
+            call_id, name, text = tool
         else:
-            call_id = name = None
             text = chunk["text"]
             if len(chunk) != 3:
                 return None
@@ -119,6 +112,23 @@ def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
         )
     frozen = mark_shallow(FrozenDict(turn=turn, step=step, chunk=frozen_chunk))
     return frozen, (kind, turn, step, index, call_id, name, text)
+
+
+def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
+    """The id, name (None when absent) and arguments text of a tool-call delta's chunk
+    when its id and name are well formed (raises ``KeyError`` for a missing key)."""
+    size = len(chunk)
+    if not 4 <= size <= 5:
+        return None
+    call_id, text = chunk["id"], chunk["argumentsDelta"]
+    name = chunk["name"] if size == 5 else None
+    if type(call_id) is not str or not call_id or (size == 5 and type(name) is not str):
+        return None
+    if (not call_id.isascii() and string_flaw(call_id)) or (
+        name is not None and not name.isascii() and string_flaw(name)
+    ):
+        return None
+    return call_id, name, text
 
 
 @final
