@@ -5,8 +5,8 @@
   ``Ledger`` without a store, then drops the workload's own objects; what ``tracemalloc``
   still counts is what the session holds (its events, the texts it keeps, its surface
   and derived views), divided by the number of events;
-- peak RSS: a fresh child process resumes the session from a JSONL store
-  (``resource.getrusage``), next to its RSS right before the load.
+- peak RSS: a fresh child process resumes the session from a JSONL store (its
+  ``VmHWM``), next to its RSS right before the load.
 
 Each size is one child process per measurement (the numbers are deterministic up to the
 allocator, so they are not repeated).
@@ -79,8 +79,18 @@ def _load_child(root: str) -> None:
 
     before = rss_now()
     events = asyncio.run(load())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"events": events, "rss_before": before, "peak": peak}))
+    print(json.dumps({"events": events, "rss_before": before, "peak": _peak_rss()}))
+
+
+def _peak_rss() -> int:
+    """This process's peak RSS (``VmHWM``). Not ``getrusage``: on Linux its ``ru_maxrss``
+    keeps the high-water mark of the process that forked this one, so a child of a
+    large benchmark process would report the parent's size."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _child(*args: str) -> dict[str, Any]:
@@ -142,7 +152,7 @@ def _report(rows: dict[int, dict[str, Any]]) -> tuple[list[Figure], list[Section
             load["peak"] / 2**20,
             absolute=f"peak {format_bytes(load['peak'])}; before the load "
             f"{format_bytes(load['rss_before'])}; file {format_bytes(rows[top]['file_bytes'])}",
-            note="fresh child process, resource.getrusage; the ratio column is MiB",
+            note="fresh child process, VmHWM; the ratio column is MiB",
         ),
     ]
     lines = [
