@@ -151,7 +151,7 @@ class SessionChecker(Generic[S]):
         """Check *event* against the committed state and stage the state it leads to."""
         slot = self._slots.get(session)
         if slot is None:
-            slot = self._adopt(session, session.events)
+            slot = self._adopt(session, session.event_log())
         if event.seq <= slot.last_seq:
             raise _with_context(_seq_error(slot.last_seq, event), session, event)
         try:
@@ -172,7 +172,7 @@ class SessionChecker(Generic[S]):
             return
         if slot is None:
             # The log already holds the event: adopting it replays it too.
-            self._adopt(session, session.events)
+            self._adopt(session, session.event_log())
             return
         # Committed without passing this checker's validation (a direct hook call): the
         # state still follows the log, and the observer failure is logged by the session.
@@ -196,7 +196,7 @@ class SessionChecker(Generic[S]):
             raise _with_context(error, session, event)
 
         self._slots.pop(session, None)
-        self._slots[session] = self._replay(session.events, refuse)
+        self._slots[session] = self._replay(session.event_log(), refuse)
 
     @hookimpl
     def ledger_session_closed(self, session: Session) -> None:
