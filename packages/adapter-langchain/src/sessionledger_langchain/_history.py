@@ -64,7 +64,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
 
     async def _get(self) -> list[BaseMessage]:
         session = await self._live()
-        return history_view(session.events, session.surface.nodes, self._state)
+        return history_view(session.event_log(), session.surface.nodes, self._state)
 
     async def _add(self, messages: Sequence[BaseMessage]) -> None:
         session = await self._live()

@@ -121,7 +121,7 @@ class _Writer:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.trace = _trace(session.events)
+        self.trace = _trace(session.event_log())
         self.anchor: str | None = None
         self.answered = False  # the last message written answered tool calls
 
