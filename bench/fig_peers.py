@@ -210,13 +210,18 @@ async def _pragmas(root: Path) -> dict[str, str]:
     names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
     out = {}
     persistence = SqlitePersistence(root / "pragma-sl.db")
-    await persistence.list()
+    ledger = Ledger(persistence, load_entrypoints=False)
+    # One durable write opens the store's writing connection (a read of a store with no
+    # database file opens none).
+    session = ledger.create("pragma")
+    session.append("turn/start", {"turn": 1})
+    await ledger.flush(session)
     db = persistence.log_store.connection  # the store's own connection
     assert db is not None
     mode = (await db.execute_fetchall("PRAGMA journal_mode"))[0][0]  # type: ignore[index]
     level = (await db.execute_fetchall("PRAGMA synchronous"))[0][0]  # type: ignore[index]
     out["sessionledger"] = f"{mode}, synchronous={names[level]}"
-    await persistence.close()
+    await ledger.close()
     session = SQLiteSession("chat", str(root / "pragma-oa.db"))
     conn: sqlite3.Connection = session._get_connection()
     mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
