@@ -25,7 +25,7 @@ from typing import Any, Final
 import orjson
 
 from sessionledger import jsoncodec
-from sessionledger.errors import CorruptLogError, FormatUnsupportedError
+from sessionledger.errors import CorruptLogError, FormatUnsupportedError, LedgerError
 from sessionledger.events import SessionHeader
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord
 from sessionledger.snapshot import brief
@@ -191,7 +191,7 @@ def split_batches(
     records: list[RawRecord] = []
     batches: list[RawBatch] = []
     view = memoryview(data)
-    header_crc = zlib.crc32(view[:body])  # the first batch's checksum covers the header
+    header_crcs = _header_crcs(view, body)  # the first batch's checksum covers the header
     # Lines are parsed in place (views of *data*): a copy of a large log, and another
     # split into lines, would double a cold load's peak memory for nothing.
     ends = _line_ends(data, body)
@@ -213,8 +213,9 @@ def split_batches(
         split = len(records) - ours  # where the lines this commit record counts begin
         begin = records[split].position if ours else position
         # Only a batch that starts right after the header has it in its checksum.
-        crc = zlib.crc32(view[begin:position], header_crc if begin == body else 0)
-        problem, first, end = _check(fields, ours, crc)
+        problem, first, end = _checked(
+            fields, ours, view[begin:position], header_crcs, begin == body
+        )
         if problem is None and split > first_record:
             # Lines no commit record accounts for, before an intact batch: damage.
             label = f"lines {first_line}-{records[split - 1].line}"
@@ -224,8 +225,8 @@ def split_batches(
             first_record, start, first_line = split, begin, records[split].line or first_line
         elif problem is not None:
             split, begin = first_record, start
-            problem, first, end = _check(
-                fields, pending, zlib.crc32(view[start:position], header_crc if not batches else 0)
+            problem, first, end = _checked(
+                fields, pending, view[start:position], header_crcs, not batches
             )
         label = f"batch {len(batches) + 1} (lines {first_line}-{number})"
         batches.append(RawBatch(split, len(records), begin, label, problem, first, end, first_line))
@@ -246,6 +247,42 @@ def split_batches(
             )
         )
     return records, batches
+
+
+def _header_crcs(view: memoryview, body: int) -> tuple[int, int | None]:
+    """The checksum of the header line as it reads, and of the line the writer wrote for
+    the same header (None when they are the same bytes, or the line is no JSON object).
+
+    The first batch's checksum covers the header line: a header whose bytes were only
+    reformatted (say, a space before it) still holds what was written, and must not make
+    the acknowledged first batch look torn, to be cut by the next load."""
+    raw = zlib.crc32(view[:body])
+    value = parse_line(view[: body - 1])
+    if type(value) is not dict:
+        return raw, None
+    try:
+        written = jsoncodec.dumps(value) + b"\n"
+    except (LedgerError, ValueError, TypeError, RecursionError):
+        return raw, None  # no writer wrote this header: its own bytes decide
+    return raw, None if written == view[:body] else zlib.crc32(written)
+
+
+def _checked(
+    fields: Mapping[str, Any],
+    count: int,
+    lines: memoryview,
+    header_crcs: tuple[int, int | None],
+    with_header: bool,
+) -> tuple[str | None, int | None, int | None]:
+    """``_check`` a batch of *lines*; a first batch (*with_header*) also against the header
+    as written when the header line's bytes do not match."""
+    raw, written = header_crcs
+    found = _check(fields, count, zlib.crc32(lines, raw if with_header else 0))
+    if found[0] is not None and with_header and written is not None:
+        again = _check(fields, count, zlib.crc32(lines, written))
+        if again[0] is None:
+            return again
+    return found
 
 
 def _line_ends(data: bytes, body: int) -> list[int]:
