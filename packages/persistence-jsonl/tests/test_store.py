@@ -144,6 +144,23 @@ async def test_a_small_session_has_these_exact_bytes_on_disk(tmp_path: Path) -> 
     await store.close()
 
 
+async def test_a_reformatted_header_line_leaves_the_first_batch_intact(tmp_path: Path) -> None:
+    # The first batch's checksum covers the header line; a space before it changes those
+    # bytes but not the header, so the acknowledged batch must not read as a torn tail.
+    events = small_session()
+    path = await store_log(make_store(tmp_path), "small", events)
+    path.write_bytes(b" " + path.read_bytes())
+    damaged = path.read_bytes()
+    assert same(events, (await make_store(tmp_path).inspect("small")).events)
+    store = make_store(tmp_path)
+    loaded = await store.load("small")
+    assert loaded.torn_tail is None
+    assert same(events, loaded.events[: len(events)])
+    assert path.read_bytes().startswith(damaged)  # nothing cut, no quarantine
+    assert not list(path.parent.glob("*quarantine*"))
+    await store.close()
+
+
 async def test_each_batch_is_packed_on_its_own(tmp_path: Path) -> None:
     events = small_session()
     store = make_store(tmp_path)
