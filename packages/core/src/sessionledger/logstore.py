@@ -17,9 +17,12 @@ import contextlib
 import dataclasses
 import gc
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, final
 
+import orjson
+
+from sessionledger import jsoncodec
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.listing import SessionQuery, StoredSummary
@@ -37,6 +40,7 @@ __all__ = [
     "RepairReceipt",
     "SearchRow",
     "collector_paused",
+    "parse_json",
 ]
 
 
@@ -65,7 +69,8 @@ def collector_paused() -> Iterator[None]:
 UNPARSABLE: Final = object()
 
 
-class RawRecord(NamedTuple):
+@final
+class RawRecord:
     """One physical record as a store read it.
 
     ``value`` is the parsed JSON object (an event envelope or a packed chunk row) or
@@ -73,12 +78,73 @@ class RawRecord(NamedTuple):
     to remove this record and everything after it; ``label`` names it in errors
     (``"line 12"``, ``"row seq 40"``) and ``line``, for line-oriented media, is the
     1-based line number a ``CorruptLogError`` reports.
+
+    A store may hand a record over unparsed (``RawRecord.deferred``, or ``of_text`` for
+    JSON text): ``value`` then builds it each time it is read. A cold load reads each
+    record once and then drops it, so the parsed form of a whole log is never held at
+    once (docs/backends.md, "the primitives").
     """
 
-    value: Any
-    position: Any
-    label: str
-    line: int | None = None
+    __slots__ = ("_args", "_build", "_value", "label", "line", "position")
+
+    def __init__(self, value: Any, position: Any, label: str, line: int | None = None) -> None:
+        self._value = value
+        self._build: Callable[..., Any] | None = None
+        self._args: tuple[Any, ...] = ()
+        self.position = position
+        self.label = label
+        self.line = line
+
+    @classmethod
+    def deferred(
+        cls,
+        build: Callable[..., Any],
+        args: tuple[Any, ...],
+        position: Any,
+        label: str,
+        line: int | None = None,
+    ) -> RawRecord:
+        """A record whose value is ``build(*args)`` (the parsed record or ``UNPARSABLE``),
+        called when ``value`` is read. *build* must not raise, and gives the same value
+        every time."""
+        record = object.__new__(cls)  # one per stored record: no __init__ on top
+        record._value = UNPARSABLE
+        record._build = build
+        record._args = args
+        record.position = position
+        record.label = label
+        record.line = line
+        return record
+
+    @classmethod
+    def of_text(
+        cls, text: bytes | memoryview, position: Any, label: str, line: int | None = None
+    ) -> RawRecord:
+        """A record kept as its JSON *text*, parsed (``parse_json``) when read."""
+        return cls.deferred(parse_json, (text,), position, label, line)
+
+    @property
+    def value(self) -> Any:
+        """The parsed JSON value, or ``UNPARSABLE``."""
+        if self._build is None:
+            return self._value
+        return self._build(*self._args)
+
+    def __repr__(self) -> str:
+        return f"RawRecord(label={self.label!r}, position={self.position!r})"
+
+
+def parse_json(text: bytes | memoryview) -> Any:
+    """Parse one stored record's JSON text at any nesting depth; ``UNPARSABLE`` when it is
+    not JSON (an empty line included)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return jsoncodec.loads(bytes(text))  # nesting deeper than orjson reads
+    except ValueError:
+        return UNPARSABLE
 
 
 class RawBatch(NamedTuple):
