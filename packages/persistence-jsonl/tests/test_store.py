@@ -161,6 +161,30 @@ async def test_a_reformatted_header_line_leaves_the_first_batch_intact(tmp_path:
     await store.close()
 
 
+async def test_commit_records_are_found_however_their_key_is_spelled(tmp_path: Path) -> None:
+    # A reader parses only the lines that can be commit records (they hold the commit key,
+    # or an escape that may spell it); one it missed would make an acknowledged batch read
+    # as incomplete, and a load would cut it. Events that merely mention the key, or hold
+    # an escaped character, stay events.
+    session = Session.create(header=header("spelled"), clock=ticking())
+    session.append("x/note", {"commit": {"first": 0, "next": 1}}, ignorable=True)
+    session.append("x/note", {"text": "a\x01b", "commit": 1}, ignorable=True)
+    session.append("x/note", {"text": "commit"}, ignorable=True)
+    events = list(session.events)
+    path = await store_log(make_store(tmp_path), "spelled", events)
+    respelled = path.read_bytes().replace(b'\n{"commit":', b'\n{ "\\u0063ommit" :')
+    assert respelled.count(b"\\u0063ommit") == 1
+    path.write_bytes(respelled)
+    assert same(events, (await make_store(tmp_path).inspect("spelled")).events)
+    store = make_store(tmp_path)
+    loaded = await store.load("spelled")
+    assert loaded.torn_tail is None
+    assert same(events, loaded.events)
+    assert path.read_bytes() == respelled  # nothing cut, no quarantine
+    assert not list(path.parent.glob("*quarantine*"))
+    await store.close()
+
+
 async def test_each_batch_is_packed_on_its_own(tmp_path: Path) -> None:
     events = small_session()
     store = make_store(tmp_path)

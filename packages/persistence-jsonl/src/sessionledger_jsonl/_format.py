@@ -17,6 +17,7 @@ touches the file system. docs/formats.md, "commit records", describes it for rea
 
 from __future__ import annotations
 
+import bisect
 import os
 import zlib
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,7 @@ import orjson
 from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError, FormatUnsupportedError, LedgerError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord
+from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord, parse_json
 from sessionledger.snapshot import brief
 
 __all__ = [
@@ -62,18 +63,12 @@ STORAGE_FORMAT: Final = 2
 
 _HEADER_TAG: Final = "session"
 _COMMIT: Final = "commit"
+_COMMIT_KEY: Final = b'"commit"'
 
 
 def parse_line(line: bytes | memoryview) -> Any:
     """Parse one line; ``UNPARSABLE`` when it is not JSON (empty lines included)."""
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return jsoncodec.loads(bytes(line))  # nesting deeper than orjson reads
-    except ValueError:
-        return UNPARSABLE
+    return parse_json(line)
 
 
 def header_line(header: SessionHeader, incarnation: str) -> bytes:
@@ -199,8 +194,17 @@ def split_batches(
     position = start = body
     first_record = 0
     first_line = 2
+    # Only a line holding the commit key can be a commit record (or one that spells a key
+    # with an escape): every other line is kept unparsed, for the decode to parse when it
+    # reaches it (RawRecord.of_text), so a log's parsed form is never whole in memory.
+    candidates = _lines_holding(data, body, ends, (_COMMIT_KEY, b"\\u"))
+    of_text = RawRecord.of_text
     for number, end_at in enumerate(ends, start=2):
         line = view[position:end_at]
+        if number not in candidates:
+            records.append(of_text(line, position, f"line {number}", number))
+            position += len(line) + 1
+            continue
         value = parse_line(line)
         fields = _commit_fields(value)
         if fields is None:
@@ -282,6 +286,23 @@ def _checked(
         again = _check(fields, count, zlib.crc32(lines, written))
         if again[0] is None:
             return again
+    return found
+
+
+def _lines_holding(data: bytes, body: int, ends: list[int], needles: tuple[bytes, ...]) -> set[int]:
+    """Return the numbers of the lines after *body* that hold one of *needles* (line 2 is
+    the first after the header, as in ``split_batches``); a trailing partial line counts
+    as the line after the last complete one. One search of the whole buffer per needle:
+    cheaper than one per line, as few lines hold them."""
+    found: set[int] = set()
+    find = data.find
+    for needle in needles:
+        at = find(needle, body)
+        while at >= 0:
+            index = bisect.bisect_left(ends, at)
+            found.add(index + 2)
+            # Go on after the line: every other hit in it names the same line.
+            at = find(needle, ends[index] + 1 if index < len(ends) else len(data))
     return found
 
 
