@@ -32,10 +32,12 @@ def raw_log(
 ) -> RawLog:
     """The log of one ``sessions`` row (``SESSION_COLUMNS``) and its ``events`` rows
     (``EVENT_COLUMNS``, in seq order)."""
+    # Each row is rebuilt when the decode reads it: the rows and their parsed form are
+    # never both whole.
+    build = rows.record_from_columns
     with collector_paused():
         records = [
-            RawRecord(rows.record_from_columns(*row), row[0], f"row seq {row[0]}")
-            for row in event_rows
+            RawRecord.deferred(build, tuple(row), row[0], f"row seq {row[0]}") for row in event_rows
         ]
     torn_at = None
     last = event_rows[-1] if event_rows else None
