@@ -12,21 +12,25 @@ sessionledger --store sqlite:… show ID …`` in a fresh process:
 
 The first three write to ``/dev/null`` (not a terminal). A figure is a contender's wall
 time ÷ that of ``show --json`` in the same repetition, and its peak RSS ÷ that of ``show
---json`` (``os.wait4``: the child's own ``ru_maxrss``). Process start-up and imports are
-part of every contender, as they are of every real use.
+--json`` (``os.wait4``: the child's own ``ru_maxrss``). Each command is started by the small
+``bench.launcher`` process, which measures both: started from the benchmark process
+itself, its ``ru_maxrss`` would be the benchmark's own peak. Process start-up and imports
+are part of every contender, as they are of every real use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.harness import Figure, Section, Settings, format_bytes, measure, paired, spread
@@ -37,6 +41,8 @@ __all__ = ["run"]
 
 #: Width of the pseudo-terminal of the ``chunks-tty`` contender.
 TTY_COLUMNS = 120
+#: Where ``python -m bench.launcher`` runs from (the checkout holding ``bench``).
+_ROOT = Path(__file__).resolve().parents[1]
 
 MODES: dict[str, tuple[str, ...]] = {
     "json": ("--json",),
@@ -54,22 +60,21 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _waited(process: subprocess.Popen[bytes], start: float) -> dict[str, Any]:
-    """Reap *process* with ``os.wait4``; return its wall time and peak RSS."""
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-    return {"seconds": seconds, "rss": usage.ru_maxrss * 1024}  # Linux: KiB
+def _launched(command: list[str], **popen: Any) -> dict[str, Any]:
+    """Run *command* through ``bench.launcher`` (with *popen*'s streams and environment);
+    return its own wall time and peak RSS."""
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "result.json"
+        launcher = [sys.executable, "-m", "bench.launcher", str(result), "--", *command]
+        subprocess.run(launcher, check=True, cwd=_ROOT, **popen)
+        figures: dict[str, Any] = json.loads(result.read_text())
+    if figures["returncode"] != 0:
+        raise RuntimeError(f"{command!r} exited with {figures['returncode']}")
+    return {"seconds": figures["seconds"], "rss": figures["rss"]}
 
 
 def _piped(command: list[str]) -> dict[str, Any]:
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=_env()
-    )
-    return _waited(process, start)
+    return _launched(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=_env())
 
 
 def _on_terminal(command: list[str]) -> dict[str, Any]:
@@ -91,14 +96,12 @@ def _on_terminal(command: list[str]) -> dict[str, Any]:
             received[0] += len(data)
 
     env = {**_env(), "TERM": "xterm-256color", "COLUMNS": str(TTY_COLUMNS)}
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, env=env)
-    os.close(slave)
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        result = _waited(process, start)
+        result = _launched(command, stdin=subprocess.DEVNULL, stdout=slave, env=env)
     finally:
+        os.close(slave)
         reader.join(timeout=60)
         os.close(master)
     return {**result, "bytes": received[0]}
@@ -172,7 +175,7 @@ def _report(
             low,
             high,
             f"{format_bytes(spread(rss)[0])}; --json {format_bytes(spread(floor_rss)[0])}",
-            f"{about}; os.wait4 ru_maxrss of the child",
+            f"{about}; os.wait4 ru_maxrss of the child, started by a small launcher",
         )
     )
     lines = [
