@@ -171,7 +171,9 @@ async def test_commit_records_are_found_however_their_key_is_spelled(tmp_path: P
     session.append("x/note", {"text": "a\x01b", "commit": 1}, ignorable=True)
     session.append("x/note", {"text": "commit"}, ignorable=True)
     events = list(session.events)
-    path = await store_log(make_store(tmp_path), "spelled", events)
+    writer = make_store(tmp_path)
+    path = await store_log(writer, "spelled", events)
+    await writer.close()
     respelled = path.read_bytes().replace(b'\n{"commit":', b'\n{ "\\u0063ommit" :')
     assert respelled.count(b"\\u0063ommit") == 1
     path.write_bytes(respelled)
