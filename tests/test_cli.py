@@ -7,6 +7,7 @@ SQLite file or a JSONL directory under ``tmp_path``; ``XDG_DATA_HOME`` points in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata as metadata
 import os
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1284,6 +1286,58 @@ SLOW_ARGS = ("--plugin", "slow_plugin:Slow", "--store", "slow:x")
 ENTRY_IMPORTED = "| sessionledger.cli.__main__"
 
 
+@contextlib.contextmanager
+def sigint_inherited(disposition: Any) -> Iterator[None]:
+    """Start children with SIGINT at *disposition* (``SIG_DFL`` or ``SIG_IGN``).
+
+    An ignored SIGINT survives ``exec``: a test run started in the background of a
+    non-interactive shell passes it on to every child, which then starts ignoring Ctrl-C
+    (and, since the command line respects that, never exits on it)."""
+    previous = signal.getsignal(signal.SIGINT)
+    # A handler (Python's own) is reset to the default in a child; SIG_IGN is kept.
+    signal.signal(
+        signal.SIGINT, signal.default_int_handler if disposition == signal.SIG_DFL else disposition
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def start_slow(
+    env: dict[str, str],
+    tmp_path: Path,
+    at: str,
+    command: tuple[str, ...] = ("ls",),
+    sigint: Any = signal.SIG_DFL,
+) -> subprocess.Popen[str]:
+    """Start ``sessionledger --store slow:x ls`` (or *command*) with the slow plugin, whose
+    import (*at* ``import``) or command (``run``) sleeps a minute, with SIGINT at *sigint*."""
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    (tmp_path / "mark").unlink(missing_ok=True)
+    script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
+    assert script is not None
+    with sigint_inherited(sigint):
+        return subprocess.Popen(
+            [sys.executable, "-X", "importtime", script, *SLOW_ARGS, *command],
+            cwd=tmp_path,
+            env={**env, "SLOW_MARK": str(tmp_path / "mark"), "SLOW_AT": at},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def wait_for_mark(child: subprocess.Popen[str], mark: Path, at: str, lines: list[str]) -> None:
+    """Wait until the slow plugin has reached *at* (``import`` or ``run``)."""
+    deadline = time.monotonic() + 60
+    reached = {"import": "importing", "run": "running"}[at]
+    while not (mark.exists() and mark.read_text() == reached):
+        assert time.monotonic() < deadline, lines
+        assert child.poll() is None, lines
+        time.sleep(0.01)
+
+
 def interrupt(
     env: dict[str, str],
     tmp_path: Path,
@@ -1296,19 +1350,8 @@ def interrupt(
     """Run ``sessionledger --store slow:x ls`` (or *command*) with the slow plugin and send
     it SIGINT at *moment*: ``spawn`` (right after starting it), ``entry`` (when its entry module is
     imported), or ``mark`` (when the plugin has reached *at*), then after *delay*."""
-    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
     mark = tmp_path / "mark"
-    mark.unlink(missing_ok=True)
-    script = shutil.which("sessionledger", path=str(Path(sys.executable).parent))
-    assert script is not None
-    child = subprocess.Popen(
-        [sys.executable, "-X", "importtime", script, *SLOW_ARGS, *command],
-        cwd=tmp_path,
-        env={**env, "SLOW_MARK": str(mark), "SLOW_AT": at},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = start_slow(env, tmp_path, at, command)
     lines: list[str] = []
     entered = threading.Event()
 
@@ -1325,12 +1368,7 @@ def interrupt(
         if moment == "entry":
             assert entered.wait(60), lines
         elif moment == "mark":
-            deadline = time.monotonic() + 60
-            reached = {"import": "importing", "run": "running"}[at]
-            while not (mark.exists() and mark.read_text() == reached):
-                assert time.monotonic() < deadline, lines
-                assert child.poll() is None, lines
-                time.sleep(0.01)
+            wait_for_mark(child, mark, at, lines)
         time.sleep(delay)
         child.send_signal(signal.SIGINT)
         code = child.wait(timeout=60)
@@ -1375,3 +1413,22 @@ def test_ctrl_c_at_any_moment_prints_interrupted_and_exits_130(
     early = interrupt(cli_env, tmp_path, at="import", moment="spawn", delay=0)
     if early.code != -signal.SIGINT:
         assert "sessionledger" not in early.err or early.err == "interrupted\n", early
+
+
+@pytest.mark.parametrize("at", ["import", "run"])
+def test_a_command_started_with_sigint_ignored_keeps_ignoring_it(
+    cli_env: dict[str, str], tmp_path: Path, at: str
+) -> None:
+    # As `nohup` or a script's background job starts it: Ctrl-C is not the command's to
+    # take, in the plugin import (its own handler) or while the command runs (asyncio's).
+    child = start_slow(cli_env, tmp_path, at, sigint=signal.SIG_IGN)
+    try:
+        wait_for_mark(child, tmp_path / "mark", at, [])
+        child.send_signal(signal.SIGINT)
+        time.sleep(1)  # a command that took the signal over exits within milliseconds
+        assert child.poll() is None
+    finally:
+        child.kill()
+        _, err = child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    assert "interrupted" not in err

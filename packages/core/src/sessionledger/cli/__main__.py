@@ -7,7 +7,9 @@ arguments, a failed demo), any ``OSError`` (an unreadable path, a full disk) and
 ``error: CODE: message`` on stderr with exit status 2, never as a traceback. Commands
 return 0, or 1 when they ran and found problems (``verify``, a failed ``copy`` check).
 
-Ctrl-C prints ``interrupted`` and exits 130 whenever it comes. Until the command starts
+Ctrl-C prints ``interrupted`` and exits 130 whenever it comes, unless the process was
+started with SIGINT ignored (``nohup``, a background job of a script): then it stays
+ignored, as the convention for such processes is. Until the command starts
 (imports, parsing, plugin loading) there is nothing to clean up and the process exits at
 once; while it runs, ``asyncio.run`` cancels it so that its stores are closed first.
 Importing this module takes SIGINT over: it is the command's entry point, and the
@@ -45,7 +47,14 @@ def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(EXIT_INTERRUPTED)
 
 
+#: Whether the process started with SIGINT ignored: Python then leaves it ignored, and so
+#: does the command line, rather than taking over a signal its starter chose to ignore.
+_STARTED_IGNORING: Final = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
 def _on_sigint(handler: Callable[[int, FrameType | None], object]) -> None:
+    if _STARTED_IGNORING:
+        return
     try:
         signal.signal(signal.SIGINT, handler)
     except ValueError:  # not the main thread: SIGINT is not ours to take
