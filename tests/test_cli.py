@@ -1259,6 +1259,12 @@ MARK = Path(os.environ["SLOW_MARK"])
 if os.environ["SLOW_AT"] == "import":
     MARK.write_text("importing")
     time.sleep(60)
+if os.environ["SLOW_AT"] == "swallow":  # code that catches everything, as some does
+    MARK.write_text("importing")
+    try:
+        time.sleep(60)
+    except BaseException:
+        pass
 
 
 class SlowStore:
@@ -1331,7 +1337,7 @@ def start_slow(
 def wait_for_mark(child: subprocess.Popen[str], mark: Path, at: str, lines: list[str]) -> None:
     """Wait until the slow plugin has reached *at* (``import`` or ``run``)."""
     deadline = time.monotonic() + 60
-    reached = {"import": "importing", "run": "running"}[at]
+    reached = {"import": "importing", "swallow": "importing", "run": "running"}[at]
     while not (mark.exists() and mark.read_text() == reached):
         assert time.monotonic() < deadline, lines
         assert child.poll() is None, lines
@@ -1413,6 +1419,15 @@ def test_ctrl_c_at_any_moment_prints_interrupted_and_exits_130(
     early = interrupt(cli_env, tmp_path, at="import", moment="spawn", delay=0)
     if early.code != -signal.SIGINT:
         assert "sessionledger" not in early.err or early.err == "interrupted\n", early
+
+
+def test_ctrl_c_ends_the_process_even_under_code_that_catches_everything(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # The signal can land anywhere before the command runs: an exception raised there
+    # can be swallowed (or, in a C extension's import, crash the process).
+    result = interrupt(cli_env, tmp_path, at="swallow", moment="mark", delay=0)
+    assert (result.code, result.out, result.err) == (130, "", "interrupted\n")
 
 
 @pytest.mark.parametrize("at", ["import", "run"])

@@ -11,7 +11,7 @@ Ctrl-C prints ``interrupted`` and exits 130 whenever it comes, unless the proces
 started with SIGINT ignored (``nohup``, a background job of a script): then it stays
 ignored, as the convention for such processes is. Until the command starts
 (imports, parsing, plugin loading) there is nothing to clean up and the process exits at
-once; while it runs, ``asyncio.run`` cancels it so that its stores are closed first.
+once (``os._exit``); while it runs, ``asyncio.run`` cancels it so that its stores are closed first.
 Importing this module takes SIGINT over: it is the command's entry point, and the
 console script runs code of its own (a regular expression) before it calls ``main``.
 The ``sessionledger`` package imports its names lazily and this module almost nothing,
@@ -41,10 +41,15 @@ EXIT_INTERRUPTED: Final = 130
 
 
 def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
-    """SIGINT while nothing needs cleaning up: say so and exit (a ``SystemExit`` leaves
-    quietly, where a ``KeyboardInterrupt`` would print a traceback)."""
+    """SIGINT while nothing needs cleaning up: say so and end the process at once.
+
+    Not by raising: the signal lands between any two bytecodes, inside a C extension's
+    module initialisation among them (orjson's crashed with SIGSEGV when an exception
+    was raised in its ``import``), or under code that catches every exception, which
+    would carry on as if Ctrl-C had never come. Nothing is buffered to lose: before the
+    command nothing was printed, and after it its output was flushed (``_run``)."""
     os.write(2, b"interrupted\n")
-    raise SystemExit(EXIT_INTERRUPTED)
+    os._exit(EXIT_INTERRUPTED)
 
 
 #: Whether the process started with SIGINT ignored: Python then leaves it ignored, and so
@@ -101,6 +106,9 @@ def _run(argv: Sequence[str] | None) -> int:
         try:
             return asyncio.run(command(args))
         finally:
+            # Still under KeyboardInterrupt: the command's output is out before a
+            # Ctrl-C may end the process without flushing it.
+            sys.stdout.flush()
             _on_sigint(_exit_interrupted)
     except app.CommandError as error:
         return _fail(error.code, str(error))
