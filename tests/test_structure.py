@@ -174,6 +174,10 @@ def _own_attributes(tree: ast.Module) -> set[str]:
     return names
 
 
+#: Standard-library names that start with an underscore yet are documented public API.
+_DOCUMENTED_DESPITE_UNDERSCORE = frozenset({"os._exit"})
+
+
 def test_no_module_touches_another_modules_private_attributes() -> None:
     found = []
     for module in MODULES.values():
@@ -186,6 +190,8 @@ def test_no_module_touches_another_modules_private_attributes() -> None:
                 continue
             if node.attr in own:
                 continue  # a private name of this module's own classes
+            if ast.unparse(node) in _DOCUMENTED_DESPITE_UNDERSCORE:
+                continue
             found.append(f"{module.name}:{node.lineno} reaches {ast.unparse(node)}")
     assert found == [], "\n".join(found)
 
