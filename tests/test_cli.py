@@ -631,6 +631,19 @@ async def test_show_from_and_limit_pick_the_event_rows(
         assert "non-negative integer" in result.err
 
 
+def test_a_command_started_without_stdout_ends_quietly(cli_env: dict[str, str]) -> None:
+    # Started with its standard output closed (`>&-`), Python gives it no sys.stdout.
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "sessionledger", "catalog"],
+        check=False,
+        env=cli_env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_catalog_lists_core_types_plugins_and_schemes(cli_env: dict[str, str]) -> None:
     catalog = run_cli(cli_env, "catalog", "--json").json()
     types = {row["type"]: row for row in catalog["eventTypes"]}

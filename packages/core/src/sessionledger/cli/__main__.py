@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
     from types import FrameType, TracebackType
-    from typing import Final
+    from typing import Final, TextIO
 
 __all__ = ["EXIT_USER_ERROR", "main"]
 
@@ -77,6 +77,12 @@ def _fail(code: str, message: str) -> int:
     return EXIT_USER_ERROR
 
 
+def _flush(stream: TextIO | None) -> None:
+    # None when the process started without the descriptor (``>&-``).
+    if stream is not None and not stream.closed:
+        stream.flush()
+
+
 def _store_urls(args: argparse.Namespace) -> list[str]:
     """The stores a command works on (``catalog`` needs none)."""
     if args.command == "catalog":
@@ -108,7 +114,7 @@ def _run(argv: Sequence[str] | None) -> int:
         finally:
             # Still under KeyboardInterrupt: the command's output is out before a
             # Ctrl-C may end the process without flushing it.
-            sys.stdout.flush()
+            _flush(sys.stdout)
             _on_sigint(_exit_interrupted)
     except app.CommandError as error:
         return _fail(error.code, str(error))
