@@ -38,6 +38,7 @@ from sessionledger.memory import MemoryPersistence
 from sessionledger.persistence import SessionPersistence
 from sessionledger.summaries import SessionSummary, summarize
 from sessionledger_sqlite import SqlitePersistence
+from sessionledger_sqlite import queries as sql_queries
 from sessionledger_sqlite.schema import EXPECTED_OBJECTS, SHADOW_TABLES
 
 CHILD = Path(__file__).with_name("sqlite_child.py")
@@ -495,6 +496,38 @@ async def test_stored_bytes_counts_the_session_rows(tmp_path: Path) -> None:
         assert await store.log_store.stored_bytes("nobody") is None
     finally:
         await store.close()
+
+
+async def test_stored_bytes_many_sizes_sessions_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sqlite_at(tmp_path / "ledger.db")
+    try:
+        specs = [
+            Spec(SessionHeader(id=f"s{n}", created_at=n), (event("turn/start", 0, 1),))
+            for n in range(5)
+        ]
+        await fill(store, specs)
+        await store.append("s3", [event("user/message", 1, 2, text="x" * 100)])
+        one_by_one = [await store.log_store.stored_bytes(f"s{n}") for n in range(5)]
+        monkeypatch.setattr(sql_queries, "STORED_BYTES_CHUNK", 2)  # chunks of 2, 2 and 1
+        asked = ["s4", "s0", "nobody", "s3", "s1", "s2", "s0"]
+        assert await store.log_store.stored_bytes_many(asked) == [
+            one_by_one[4],
+            one_by_one[0],
+            None,
+            one_by_one[3],
+            one_by_one[1],
+            one_by_one[2],
+            one_by_one[0],
+        ]
+    finally:
+        await store.close()
+    empty = sqlite_at(tmp_path / "none" / "ledger.db")  # no database file yet
+    try:
+        assert await empty.log_store.stored_bytes_many(["s0"]) == [None]
+    finally:
+        await empty.close()
 
 
 # -- the audit log ----------------------------------------------------------------------------

@@ -282,13 +282,9 @@ class SessionCatalog(ABC):
             infos = [info for info in infos if info.last_activity < moment - age]
         busy = tuple((info.id, "this process writes it") for info in infos if self._in_use(info.id))
         held = {item[0] for item in busy}
-        candidates = tuple(
-            [
-                PruneCandidate(info, await self.log_store.stored_bytes(info.id))
-                for info in infos
-                if info.id not in held
-            ]
-        )
+        chosen = [info for info in infos if info.id not in held]
+        sizes = await self.log_store.stored_bytes_many([info.id for info in chosen])
+        candidates = tuple(map(PruneCandidate, chosen, sizes))
         plan = PrunePlan(criteria, moment, candidates, skipped=busy)
         if dry_run:
             return plan

@@ -39,18 +39,38 @@ def _bytes(column: str) -> str:
     return f"coalesce(length(CAST({column} AS BLOB)), 0)"
 
 
-#: The UTF-8 bytes of one session's stored text (``SqliteLogStore.stored_bytes``).
-STORED_BYTES: Final = (
-    "SELECT ("
-    + " + ".join(
-        _bytes(column) for column in ("id", "cwd", "parent_session", "title", "meta", "incarnation")
+def _stored_bytes(session: str) -> str:
+    """The UTF-8 bytes of the stored text of the session whose id is *session* (an SQL
+    expression), in a query over ``sessions``."""
+    return (
+        "("
+        + " + ".join(
+            _bytes(column)
+            for column in ("id", "cwd", "parent_session", "title", "meta", "incarnation")
+        )
+        + ") + (SELECT coalesce(sum("
+        + " + ".join(
+            _bytes(column) for column in ("type", "data", "source_event_seqs", "surface_op")
+        )
+        + f"), 0) FROM events WHERE session_id = {session}) + (SELECT coalesce(sum("
+        + " + ".join(_bytes(column) for column in ("type", "text"))
+        + f"), 0) FROM search_texts WHERE session_id = {session})"
     )
-    + ") + (SELECT coalesce(sum("
-    + " + ".join(_bytes(column) for column in ("type", "data", "source_event_seqs", "surface_op"))
-    + "), 0) FROM events WHERE session_id = ?1) + (SELECT coalesce(sum("
-    + " + ".join(_bytes(column) for column in ("type", "text"))
-    + "), 0) FROM search_texts WHERE session_id = ?1) FROM sessions WHERE id = ?1"
-)
+
+
+#: The UTF-8 bytes of one session's stored text (``SqliteLogStore.stored_bytes``).
+STORED_BYTES: Final = f"SELECT {_stored_bytes('?1')} FROM sessions WHERE id = ?1"
+
+#: How many sessions one ``stored_bytes_many`` statement sizes (well under SQLite's limit
+#: on parameters; a full chunk is always the same statement, so it is prepared once).
+STORED_BYTES_CHUNK: Final = 500
+
+
+def stored_bytes_many(count: int) -> str:
+    """The id and stored bytes of each of *count* sessions (``?`` parameters)."""
+    marks = ", ".join(["?"] * count)
+    return f"SELECT id, {_stored_bytes('sessions.id')} FROM sessions WHERE id IN ({marks})"
+
 
 _SEARCH: Final = (
     "SELECT t.session_id, t.seq, t.type, t.time, t.text FROM search_index "

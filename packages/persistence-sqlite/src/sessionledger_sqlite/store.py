@@ -381,6 +381,22 @@ class SqliteLogStore(LogStore):
             found = list(await db.execute_fetchall(queries.STORED_BYTES, (session_id,)))
         return None if not found or found[0][0] is None else int(found[0][0])
 
+    async def stored_bytes_many(self, session_ids: Sequence[str]) -> list[int | None]:
+        """``stored_bytes`` of each session, in one read transaction and a statement per
+        ``STORED_BYTES_CHUNK`` sessions (a prune's plan of 10,000 sessions made 10,000
+        round trips before)."""
+        unique = list(dict.fromkeys(session_ids))
+        sizes: dict[str, int] = {}
+        async with self._connections.reading(None) as db:
+            if db is None:
+                return [None] * len(session_ids)
+            step = queries.STORED_BYTES_CHUNK
+            for start in range(0, len(unique), step):
+                chunk = unique[start : start + step]
+                found = await db.execute_fetchall(queries.stored_bytes_many(len(chunk)), chunk)
+                sizes.update((str(row[0]), int(row[1])) for row in found)
+        return [sizes.get(session_id) for session_id in session_ids]
+
     async def append_audit(self, record: Mapping[str, Any]) -> None:
         """Append *record*: one autocommit INSERT, durable as ``synchronous`` makes every
         commit (FULL by default)."""

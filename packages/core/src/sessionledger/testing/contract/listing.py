@@ -341,6 +341,28 @@ class ListingClauses(ContractBase):
         assert (await backend_factory().audit())[-2:] == records[-2:]
 
     @pytest.mark.asyncio
+    async def test_stored_bytes_many_agrees_with_stored_bytes(
+        self, backend_factory: BackendFactory
+    ) -> None:
+        writer = backend_factory()
+        await _fleet(writer, 8)
+        await writer.close()
+        store = backend_factory().log_store
+        ids = [info.id for info in await backend_factory().list_snapshots()]
+        # In any order, with an unknown id and a repeated one among them.
+        asked = [ids[3], "nobody", *reversed(ids), ids[3]]
+        assert await store.stored_bytes_many(asked) == [
+            await store.stored_bytes(session_id) for session_id in asked
+        ]
+        assert await store.stored_bytes_many([]) == []
+        # A prune's plan sizes its candidates so.
+        plan = await backend_factory().prune(keep_last=0)
+        assert [item.bytes for item in plan.sessions] == [
+            await store.stored_bytes(item.info.id) for item in plan.sessions
+        ]
+        assert len(plan.sessions) == len(ids)
+
+    @pytest.mark.asyncio
     async def test_prune_skips_a_session_another_writer_holds(
         self, backend_factory: BackendFactory
     ) -> None:
