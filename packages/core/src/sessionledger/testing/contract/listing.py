@@ -347,8 +347,9 @@ class ListingClauses(ContractBase):
         writer = backend_factory()
         await _fleet(writer, 8)
         await writer.close()
-        store = backend_factory().log_store
-        ids = [info.id for info in await backend_factory().list_snapshots()]
+        backend = backend_factory()
+        store = backend.log_store
+        ids = [info.id for info in await backend.list_snapshots()]
         # In any order, with an unknown id and a repeated one among them.
         asked = [ids[3], "nobody", *reversed(ids), ids[3]]
         assert await store.stored_bytes_many(asked) == [
@@ -356,7 +357,7 @@ class ListingClauses(ContractBase):
         ]
         assert await store.stored_bytes_many([]) == []
         # A prune's plan sizes its candidates so.
-        plan = await backend_factory().prune(keep_last=0)
+        plan = await backend.prune(keep_last=0)
         assert [item.bytes for item in plan.sessions] == [
             await store.stored_bytes(item.info.id) for item in plan.sessions
         ]
