@@ -8,12 +8,14 @@ rules are in docs/events.md, "JSON values".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, NoReturn, TypeAlias, Union
 
 from sessionledger.errors import JsonValueError
 
 __all__ = [
+    "ACCELERATED",
     "MAX_SAFE_INTEGER",
     "FrozenDict",
     "JsonValue",
@@ -22,6 +24,8 @@ __all__ = [
     "is_shallow",
     "mark_all_shallow",
     "mark_shallow",
+    "pure_freeze_mapping",
+    "pure_freeze_sequence",
     "snapshot",
     "string_flaw",
     "thaw",
@@ -189,17 +193,16 @@ def snapshot(value: object, path: str = "value") -> Any:
     """
     kind = type(value)
     if kind is dict or kind is FrozenDict:
-        try:
-            frozen = _fast_mapping(value, 0)
-        except _Retry:
+        frozen = _freeze_mapping(value)
+        if frozen is None:
             return _snapshot_container(value, path)
         frozen._shallow = True  # as mark_shallow does, without the call: the hot path
         return frozen
     if kind is list or kind is tuple:
-        try:
-            return _fast_sequence(value, 0)
-        except _Retry:
+        sequence = _freeze_sequence(value)
+        if sequence is None:
             return _snapshot_container(value, path)
+        return sequence
     reason = _bad_scalar(value)
     if reason is not None:
         raise JsonValueError(f"not a JSON value at {path}: {reason}", path=path)
@@ -266,6 +269,51 @@ def _fast_sequence(source: Any, depth: int) -> tuple[Any, ...]:
         out.append(item)
     return tuple(out)
 
+
+def pure_freeze_mapping(source: Any) -> FrozenDict | None:
+    """Return the frozen copy of the dict *source* when the fast path accepts it, else None
+    (the careful walk then decides, and names what is wrong). The pure-Python form of
+    the compiled ``sessionledger._freeze.freeze_mapping``: both accept the same values."""
+    if type(source) is not dict and type(source) is not FrozenDict:
+        return None
+    try:
+        return _fast_mapping(source, 0)
+    except _Retry:
+        return None
+
+
+def pure_freeze_sequence(source: Any) -> tuple[Any, ...] | None:
+    """Return the frozen copy (a tuple) of the list or tuple *source* when the fast path
+    accepts it, else None; the pure-Python form of ``freeze_sequence``, as above."""
+    if type(source) is not list and type(source) is not tuple:
+        return None
+    try:
+        return _fast_sequence(source, 0)
+    except _Retry:
+        return None
+
+
+def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+    """The compiled fast path (``sessionledger._freeze``), or None when it was not built or
+    ``SESSIONLEDGER_PURE_PYTHON`` is set (README, "the compiled accelerator")."""
+    try:
+        from sessionledger import _freeze
+    except ImportError:
+        return None
+    _freeze.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH)  # usable, even when not chosen
+    if os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    return _freeze.freeze_mapping, _freeze.freeze_sequence
+
+
+_COMPILED: Final = _compiled()
+#: Whether snapshot's fast path runs compiled. Both forms accept the same values and
+#: build the same frozen copies; the compiled one also leaves a frozen container that
+#: holds no container untracked by the cyclic collector.
+ACCELERATED: Final = _COMPILED is not None
+_freeze_mapping: Callable[[Any], FrozenDict | None]
+_freeze_sequence: Callable[[Any], tuple[Any, ...] | None]
+_freeze_mapping, _freeze_sequence = _COMPILED or (pure_freeze_mapping, pure_freeze_sequence)
 
 _CONTAINERS: Final = (dict, list, tuple, FrozenDict)
 
