@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -126,3 +129,45 @@ def test_the_main_job_works_where_pip_refuses_system_wide_installs(tmp_path: Pat
     assert all(command.startswith(str(tmp_path / "nox" / "demo" / "bin")) for command in commands)
     listing = run_shell(commands[0], cwd=ROOT, env=env)
     assert "demo-" in listing
+
+
+def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
+    """The compiled fast path is optional: with no working compiler the wheel still
+    builds, holds no extension, and the pure-Python path is chosen by itself."""
+    # A copy of the sources alone, so no extension built earlier in this checkout
+    # (an editable install leaves one in ``build/`` and ``src/``) can slip in.
+    source = tmp_path / "core"
+    shutil.copytree(
+        ROOT / "packages" / "core",
+        source,
+        ignore=shutil.ignore_patterns("build", "*.so", "*.pyd", "*.egg-info", "__pycache__"),
+    )
+    wheels = tmp_path / "wheels"
+    env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run(
+        [
+            sys.executable,
+            *("-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels)),
+            str(source),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = wheels.glob("sessionledger-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        assert not [name for name in archive.namelist() if name.endswith((".so", ".pyd"))]
+        archive.extractall(site)
+    probe = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "import sessionledger; s = importlib.import_module('sessionledger.snapshot'); "
+        "assert sessionledger.__file__.startswith(sys.argv[1]), sessionledger.__file__; "
+        "v = sessionledger.snapshot({'a': [1, {'b': 'c'}]}); "
+        "print(s.ACCELERATED, type(v).__name__, type(v['a']).__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(site)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "FrozenDict", "tuple"]
