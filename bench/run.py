@@ -118,6 +118,14 @@ def _line(figure: Figure) -> str:
     )
 
 
+def _accelerator_line(about: dict[str, Any]) -> list[str]:
+    """Which form of snapshot's fast path ran; runs before it was recorded say nothing."""
+    if "accelerated" not in about:
+        return []
+    form = "compiled (`sessionledger._freeze`)" if about["accelerated"] else "pure Python"
+    return [f"- snapshot's fast path: {form}"]
+
+
 def render(results: dict[str, Any], notes: str = "") -> str:
     """Return the Markdown report."""
     about = results["machine"]
@@ -142,6 +150,7 @@ def render(results: dict[str, Any], notes: str = "") -> str:
         f"- {about['python']}; SQLite {about['sqlite']}; git {about['git_commit']}"
         f"{' (with uncommitted changes)' if about['git_dirty'] else ''}",
         f"- packages: {packages}",
+        *_accelerator_line(about),
         f"- repetitions: {settings['repeats']} (+1 warm-up) unless a row says otherwise; "
         f"group durations (s): {results['durations_s']}",
         "",
