@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -131,11 +132,10 @@ def test_the_main_job_works_where_pip_refuses_system_wide_installs(tmp_path: Pat
     assert "demo-" in listing
 
 
-def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
-    """The compiled fast path is optional: with no working compiler the wheel still
-    builds, holds no extension, and the pure-Python path is chosen by itself."""
-    # A copy of the sources alone, so no extension built earlier in this checkout
-    # (an editable install leaves one in ``build/`` and ``src/``) can slip in.
+def _core_wheel(tmp_path: Path, env: dict[str, str]) -> tuple[Path, list[str]]:
+    """Build the core's wheel from a copy of its sources alone (so no extension built
+    earlier in this checkout, which an editable install leaves in ``build/`` and ``src/``,
+    can slip in) and unpack it; return where, and the compiled modules it holds."""
     source = tmp_path / "core"
     shutil.copytree(
         ROOT / "packages" / "core",
@@ -143,14 +143,13 @@ def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None
         ignore=shutil.ignore_patterns("build", "*.so", "*.pyd", "*.egg-info", "__pycache__"),
     )
     wheels = tmp_path / "wheels"
-    env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     subprocess.run(
         [
             sys.executable,
             *("-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels)),
             str(source),
         ],
-        env=env,
+        env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         check=True,
         capture_output=True,
         timeout=600,
@@ -158,8 +157,13 @@ def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None
     (wheel,) = wheels.glob("sessionledger-*.whl")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
-        assert not [name for name in archive.namelist() if name.endswith((".so", ".pyd"))]
+        compiled = [name for name in archive.namelist() if name.endswith((".so", ".pyd"))]
         archive.extractall(site)
+    return site, compiled
+
+
+def _fast_path_of(site: Path) -> list[str]:
+    """Import the unpacked core in a fresh interpreter; say which fast path it chose."""
     probe = (
         "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
         "import sessionledger; s = importlib.import_module('sessionledger.snapshot'); "
@@ -170,4 +174,25 @@ def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None
     done = subprocess.run(
         [sys.executable, "-c", probe, str(site)], capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["False", "FrozenDict", "tuple"]
+    return done.stdout.split()
+
+
+def test_the_core_installs_and_runs_without_a_c_compiler(tmp_path: Path) -> None:
+    """The compiled fast path is optional: with no working compiler the wheel still
+    builds, holds no extension, and the pure-Python path is chosen by itself."""
+    site, compiled = _core_wheel(tmp_path, {**os.environ, "CC": "false"})
+    assert compiled == []
+    assert _fast_path_of(site) == ["False", "FrozenDict", "tuple"]
+
+
+def test_the_core_builds_its_accelerator_where_a_compiler_is_there(tmp_path: Path) -> None:
+    """The other half of the automatic choice: a build failure of the optional extension
+    is silent by design, so this is what notices one where a compiler and the headers are
+    there (as on the CI machine)."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which(compiler) is None or not headers.exists():
+        pytest.skip(f"no C compiler ({compiler}) or no Python headers ({headers}) here")
+    site, compiled = _core_wheel(tmp_path, dict(os.environ))
+    assert [Path(name).name.split(".")[0] for name in compiled] == ["_freeze"]
+    assert _fast_path_of(site) == ["True", "FrozenDict", "tuple"]
