@@ -123,9 +123,14 @@ freeze_map(PyObject *source, int depth)
         return NULL;
     }
     int flat = 1; /* no container among the values */
+    Py_ssize_t size = PyDict_GET_SIZE(source);
     Py_ssize_t position = 0;
     PyObject *key, *item;
     while (PyDict_Next(source, &position, &key, &item)) {
+        if (PyDict_GET_SIZE(source) != size) {
+            Py_DECREF(out); /* changed under us: the careful walk takes it */
+            return NULL;
+        }
         /* Hold both: an allocation below may run a collection, and a finaliser could
            change the source meanwhile. */
         Py_INCREF(key);
