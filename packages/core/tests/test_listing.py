@@ -99,6 +99,22 @@ def test_paging_with_cursors_visits_each_session_once_in_order(
     assert keys == sorted(keys)
 
 
+@pytest.mark.parametrize("bound", [2**64, 2**70, -(2**70)])
+def test_a_time_bound_beyond_64_bits_pages_with_cursors(bound: int) -> None:
+    # Such a bound keeps every row or none; it once made the cursor's fingerprint fail
+    # with orjson's TypeError as soon as a page had a next one.
+    infos = [_info(f"id{index}", 1, 10 + index) for index in range(3)]
+    keep = "until" if bound > 0 else "since"
+    whole = select(infos, make_query(**{keep: bound}))
+    assert [info.id for info in whole] == ["id2", "id1", "id0"]
+    query = make_query(limit=1, **{keep: bound})
+    cursor = encode_cursor(query, select(infos, query)[0])
+    after = make_query(limit=1, after=cursor, **{keep: bound})
+    assert [info.id for info in select(infos, after)][:1] == ["id1"]
+    with pytest.raises(QueryError, match="other filters"):
+        make_query(limit=1, after=cursor, **{keep: bound + 1})  # another query's cursor
+
+
 def test_filters_compare_titles_without_ascii_case_and_meta_by_json_type() -> None:
     infos = [
         _info("a", 1, 10, title="Weekly REPORT", meta={"n": 1}),

@@ -140,8 +140,23 @@ class SessionQuery:
     def fingerprint(self) -> str:
         """Name the filters and the order (not the page): a cursor is only valid for the
         query it came from."""
-        key = [self.order, self.title, [list(item) for item in self.meta], self.since, self.until]
+        key = [
+            self.order,
+            self.title,
+            [list(item) for item in self.meta],
+            _bound_key(self.since),
+            _bound_key(self.until),
+        ]
         return hashlib.blake2b(orjson.dumps(key), digest_size=6).hexdigest()
+
+
+def _bound_key(bound: int | None) -> int | str | None:
+    """A time bound as the fingerprint holds it: a bound beyond 64 bits (which keeps every
+    row or none) as its digits, since orjson encodes no wider integer; any other as it is,
+    so a cursor of any query that could be fingerprinted before still matches."""
+    if bound is None or -(2**63) <= bound < 2**64:
+        return bound
+    return str(bound)
 
 
 @final
