@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 from typing import Any
 
 import orjson
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger import Session
+from sessionledger import Session, assistant_message, user_message
 from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
 from sessionledger.errors import LedgerError, StorageRowError
 from sessionledger.eventlog import ChunkRun, EventLog
@@ -155,6 +156,49 @@ def test_streamed_deltas_leave_no_object_for_the_collector() -> None:
         session.append("assistant/chunk", text_delta(f"t{index}"))
     gc.collect()
     assert len(gc.get_objects()) - before < 50
+
+
+def tracked_parts(slot: Any) -> list[Any]:
+    """What of a log's slot (an event or a run) the cyclic collector still watches."""
+    parts = [slot]
+    if type(slot) is SessionEvent:
+        parts.append(slot.surface_op)
+        stack = [slot.data, slot.source_event_seqs]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict | tuple):
+                parts.append(item)
+                stack.extend(item.values() if isinstance(item, dict) else item)
+    else:
+        parts += [slot.texts, slot.times, slot._ends]
+    return [part for part in parts if gc.is_tracked(part)]
+
+
+def test_the_log_leaves_its_events_and_runs_to_reference_counting() -> None:
+    # Neither can be part of a cycle, so a large log costs a full collection nothing
+    # (compiled only: Python itself cannot untrack an object).
+    if not importlib.import_module("sessionledger.snapshot").ACCELERATED:
+        pytest.skip("the compiled accelerator is not built or not chosen")
+    session = Session.create("s")
+    session.append("turn/start", {"turn": 1})
+    user = session.append("user/message", dict(user_message("hi")), surface_op="append")
+    deltas = streamed(session, [text_delta(str(i)) for i in range(4)])
+    streamed(session, [tool_delta('{"a"', name="grep")])
+    session.append(
+        "assistant/message",
+        {"turn": 1, "step": 1, "message": assistant_message("0123", provider="p", model="m")},
+        surface_op="append",
+        source_event_seqs=[delta.seq for delta in deltas],
+    )
+    session.append("user/message", dict(user_message("bye")), surface_op="append")
+    assert user.seq == 1
+    row = orjson.loads(orjson.dumps(row_of(deltas)))
+    stored = EventLog(session.events[:2])
+    stored.add_run(unpack_to_log(row))
+    for log in (session.event_log(), stored):
+        slots = list(log.segments())
+        assert {type(slot) for slot in slots} == {SessionEvent, ChunkRun}
+        assert [tracked_parts(slot) for slot in slots] == [[] for _ in slots]
 
 
 def test_restore_adopts_runs_and_rejects_a_gap() -> None:

@@ -10,12 +10,17 @@
  * docs/events.md, "JSON values"; the tests compare both implementations on generated
  * values.
  *
- * One thing only the compiled form does: a FrozenDict or tuple that holds no container
- * is untracked by the cyclic garbage collector (it cannot be part of a cycle), as
- * CPython already does for a plain dict of scalars. A large log then hands the collector
- * far fewer objects to visit (docs/reading.md, "memory"). Should a container ever be
- * stored into such a dict (dict.__setitem__ bypasses FrozenDict's guard), CPython tracks
- * the dict again.
+ * One thing only the compiled form does: a FrozenDict or tuple that holds no object the
+ * cyclic garbage collector tracks is untracked too (it cannot be part of a cycle), as
+ * CPython already does for a plain dict or tuple of scalars. A frozen value is built
+ * from its leaves up, so a whole frozen JSON value ends untracked, and a large log
+ * hands the collector far fewer objects to visit (docs/reading.md, "memory"). Should a
+ * container ever be stored into such a dict (dict.__setitem__ bypasses FrozenDict's
+ * guard), CPython tracks the dict again, so a cycle made that way is still seen.
+ *
+ * untrack(*objects) does the same for objects the caller vouches can never be part of
+ * a reference cycle: the log's events and packed runs, which refer only to scalars,
+ * frozen values, arrays and lists of scalars.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -122,7 +127,7 @@ freeze_map(PyObject *source, int depth)
     if (out == NULL) {
         return NULL;
     }
-    int flat = 1; /* no container among the values */
+    int flat = 1; /* no tracked object among the values */
     Py_ssize_t size = PyDict_GET_SIZE(source);
     Py_ssize_t position = 0;
     PyObject *key, *item;
@@ -143,8 +148,8 @@ freeze_map(PyObject *source, int depth)
                 Py_INCREF(value);
             }
             else if (kind != BAD) {
-                flat = 0;
                 value = freeze_child(item, kind, depth);
+                flat = flat && value != NULL && !PyObject_GC_IsTracked(value);
             }
         }
         int failed = value == NULL || PyDict_SetItem(out, key, value) < 0;
@@ -189,8 +194,8 @@ freeze_seq(PyObject *source, int depth)
             Py_INCREF(value);
         }
         else if (kind != BAD) {
-            flat = 0;
             value = freeze_child(item, kind, depth);
+            flat = flat && value != NULL && !PyObject_GC_IsTracked(value);
         }
         Py_DECREF(item);
         if (value == NULL) {
@@ -251,6 +256,19 @@ freeze_sequence(PyObject *module, PyObject *source)
 }
 
 static PyObject *
+untrack(PyObject *module, PyObject *const *objects, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *object = objects[i];
+        /* Only an object of a collected type has the header untracking clears. */
+        if (PyObject_IS_GC(object) && PyObject_GC_IsTracked(object)) {
+            PyObject_GC_UnTrack(object);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 setup(PyObject *module, PyObject *args)
 {
     PyObject *type;
@@ -277,6 +295,9 @@ static PyMethodDef methods[] = {
      "Return the frozen copy of a dict the fast path accepts, else None."},
     {"freeze_sequence", freeze_sequence, METH_O,
      "Return the frozen copy (a tuple) of a list or tuple the fast path accepts, else None."},
+    {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
+     "untrack(*objects): stop the cyclic collector watching objects that can never be "
+     "part of a reference cycle."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,7 +17,13 @@ from itertools import accumulate
 from typing import Any, Final, final, overload
 
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, mark_shallow, string_flaw
+from sessionledger.snapshot import (
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    mark_shallow,
+    string_flaw,
+    untrack_acyclic,
+)
 
 __all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields", "freeze_delta"]
 
@@ -182,6 +188,9 @@ class ChunkRun:
         self.texts: list[str] | tuple[str, ...] | None = texts
         self._joined = ""
         self._ends: array[int] | None = None
+        # A run refers only to scalars, arrays and lists of scalars, and always will: no
+        # cycle can pass through it, so the collector need not watch it.
+        untrack_acyclic(self, times, texts, gaps)
 
     @property
     def times(self) -> array[int]:
@@ -190,6 +199,7 @@ class ChunkRun:
         if times is None:
             times = self._times = array("q", accumulate(self._gaps or (), initial=self._time0))
             self._gaps = None
+            untrack_acyclic(times)
         return times
 
     def __len__(self) -> int:
@@ -213,6 +223,7 @@ class ChunkRun:
         self._ends = array(kind, accumulate(map(len, texts)))
         self._joined = joined
         self.texts = None
+        untrack_acyclic(self._ends)
 
     def holds(self, fields: DeltaFields) -> bool:
         """Tell whether a delta with *fields* belongs to this run's block."""
@@ -317,6 +328,9 @@ class EventLog(Sequence[SessionEvent]):
             if self._open is not None:
                 self._close()
             slots.append(event)
+            # An event refers only to scalars and frozen values, which cannot refer back
+            # to it: it is never part of a cycle (SessionEvent is immutable).
+            untrack_acyclic(event, event.source_event_seqs, event.surface_op)
             return
         run = self._open
         if run is not None and run.end == len(slots):
@@ -331,6 +345,7 @@ class EventLog(Sequence[SessionEvent]):
         if fields is None:
             self._close()
             slots.append(event)
+            untrack_acyclic(event)  # a chunk event: no surface metadata
             return
         self.append_delta(event, fields)
 

@@ -29,6 +29,7 @@ __all__ = [
     "snapshot",
     "string_flaw",
     "thaw",
+    "untrack_acyclic",
 ]
 
 #: Largest integer every JSON reader (including JavaScript) keeps exact: 2**53 - 1.
@@ -293,7 +294,7 @@ def pure_freeze_sequence(source: Any) -> tuple[Any, ...] | None:
         return None
 
 
-def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[..., None]] | None:
     """The compiled fast path (``sessionledger._freeze``), or None when it was not built or
     ``SESSIONLEDGER_PURE_PYTHON`` is set (README, "the compiled accelerator")."""
     try:
@@ -303,17 +304,31 @@ def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
     _freeze.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH)  # usable, even when not chosen
     if os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0"):
         return None
-    return _freeze.freeze_mapping, _freeze.freeze_sequence
+    return _freeze.freeze_mapping, _freeze.freeze_sequence, _freeze.untrack
+
+
+def _leave_tracked(*objects: object) -> None:
+    """The pure-Python form of ``untrack_acyclic``: Python cannot untrack an object."""
 
 
 _COMPILED: Final = _compiled()
 #: Whether snapshot's fast path runs compiled. Both forms accept the same values and
-#: build the same frozen copies; the compiled one also leaves a frozen container that
-#: holds no container untracked by the cyclic collector.
+#: build the same frozen copies; the compiled one also leaves a frozen value untracked
+#: by the cyclic collector (it holds nothing the collector tracks).
 ACCELERATED: Final = _COMPILED is not None
 _freeze_mapping: Callable[[Any], FrozenDict | None]
 _freeze_sequence: Callable[[Any], tuple[Any, ...] | None]
-_freeze_mapping, _freeze_sequence = _COMPILED or (pure_freeze_mapping, pure_freeze_sequence)
+#: Stop the cyclic collector watching *objects* that can never be part of a reference
+#: cycle because all they refer to is scalars, frozen values, arrays and lists of
+#: scalars (the log's events and packed runs; the caller vouches for it). A large log
+#: then costs every full collection nothing (docs/reading.md, "Memory"). Compiled only:
+#: on the pure-Python path the objects stay tracked, which is merely slower.
+untrack_acyclic: Callable[..., None]
+_freeze_mapping, _freeze_sequence, untrack_acyclic = _COMPILED or (
+    pure_freeze_mapping,
+    pure_freeze_sequence,
+    _leave_tracked,
+)
 
 _CONTAINERS: Final = (dict, list, tuple, FrozenDict)
 
