@@ -311,6 +311,9 @@ class EventLog(Sequence[SessionEvent]):
         # One slot per event: the event itself, or the run that holds it.
         self._slots: list[Slot] = []
         self._open: ChunkRun | None = None  # the run this log may extend
+        # It only ever holds events and runs, which cannot be part of a cycle: the
+        # collector need not walk a million slots on every full collection.
+        untrack_acyclic(self._slots)
         for event in events:
             self.append(event)
 
@@ -388,6 +391,7 @@ class EventLog(Sequence[SessionEvent]):
         """Return a log with the same events (runs are shared, never extended by both)."""
         log = EventLog()
         log._slots = self._slots.copy()
+        untrack_acyclic(log._slots)
         return log
 
     def plus(self, events: Iterable[SessionEvent]) -> EventLog:
