@@ -205,6 +205,11 @@ def test_the_log_leaves_its_events_and_runs_to_reference_counting() -> None:
         slots = list(log.segments())
         assert {type(slot) for slot in slots} == {SessionEvent, ChunkRun}
         assert [tracked_parts(slot) for slot in slots] == [[] for _ in slots]
+    # So are the events read back, members rebuilt from a run included, and the tuple
+    # ``events`` keeps: a caller holding a whole large log adds nothing to collect.
+    read = [*session.events, *stored]
+    assert [tracked_parts(event) for event in read] == [[] for _ in read]
+    assert not gc.is_tracked(session.events)
 
 
 def test_restore_adopts_runs_and_rejects_a_gap() -> None:

@@ -285,7 +285,11 @@ class ChunkRun:
                 argumentsDelta=text,
             )
         data = mark_shallow(FrozenDict(turn=self.turn, step=self.step, chunk=chunk))
-        return make_event(CHUNK_TYPE, seq, time, data, None, None, False)
+        event = make_event(CHUNK_TYPE, seq, time, data, None, None, False)
+        # As acyclic as the run it comes from: a caller that keeps many members (the
+        # whole ``events`` tuple) must not make every collection walk them.
+        untrack_acyclic(event, data, chunk)
+        return event
 
     def members(self, start: int, stop: int) -> Iterator[SessionEvent]:
         """Rebuild the members from seq *start* up to (not including) *stop*."""

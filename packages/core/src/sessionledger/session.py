@@ -29,7 +29,7 @@ from sessionledger.events import (
 )
 from sessionledger.registry import EventTypeRegistry, unknown_type_at_append
 from sessionledger.shapes import DATA_CHECKS
-from sessionledger.snapshot import MAX_SAFE_INTEGER, snapshot, string_flaw
+from sessionledger.snapshot import MAX_SAFE_INTEGER, snapshot, string_flaw, untrack_acyclic
 from sessionledger.surface import SurfaceManager
 from sessionledger.vocabulary import RESERVED_TYPES, SESSION_END_SEED, SURFACE_TYPES
 
@@ -436,6 +436,7 @@ class Session:
         view = self._events_view
         if view is None:
             view = self._events_view = tuple(self._log)
+            untrack_acyclic(view)  # it holds only events, which hold no cycle
         return view
 
     def event_log(self) -> EventLog:
