@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
+from sessionledger.chunks import pure_pack_run
 
 snapshot_module = importlib.import_module("sessionledger.snapshot")
 ROOT = Path(__file__).resolve().parents[3]
@@ -278,7 +279,14 @@ def test_no_reference_is_leaked_on_success_or_on_a_refusal() -> None:
         assert freeze.freeze_mapping(accepted) is not None
         assert freeze.freeze_mapping(refused) is None
         assert freeze.freeze_sequence([text, (text,)]) is not None
+        assert freeze.pack_run([text, key], [7], 0) is not None
+        assert freeze.pack_run([text, key], [2**60], 0) is None
     assert (sys.getrefcount(text), sys.getrefcount(key)) == before
+    gap = 2**40 + 1  # not a cached small int
+    before_gap = sys.getrefcount(gap)
+    for _ in range(1000):
+        freeze.pack_run([text], [gap], 0)
+    assert sys.getrefcount(gap) == before_gap
 
 
 def test_the_compiled_module_refuses_a_bad_configuration_and_other_types() -> None:
@@ -289,6 +297,62 @@ def test_the_compiled_module_refuses_a_bad_configuration_and_other_types() -> No
         freeze.setup("FrozenDict", 10, 3)
     assert freeze.freeze_mapping([1]) is None
     assert freeze.freeze_sequence({}) is None
+
+
+texts = st.lists(strings | st.sampled_from([Text("sub"), 1, None, b"x", ""]), max_size=8)
+gap_values = st.integers(-SAFE - 2, SAFE + 2) | st.sampled_from(
+    [True, False, 1.0, Number(3), 2**64, -(2**64), SAFE, -SAFE, 0]
+)
+time0s = st.integers(-SAFE, SAFE) | st.sampled_from([SAFE, -SAFE, SAFE - 1, 0])
+
+
+def assert_same_pack(texts_: Any, gaps: Any, time0: int) -> None:
+    built, expected = compiled().pack_run(texts_, gaps, time0), pure_pack_run(texts_, gaps, time0)
+    assert (built is None) == (expected is None), (texts_, gaps, time0)
+    if expected is not None:
+        (joined, ends), (want_joined, want_ends) = built, expected
+        assert joined == want_joined
+        assert type(joined) is str
+        assert ends.typecode == want_ends.typecode
+        assert ends == want_ends
+        assert not gc.is_tracked(ends)
+
+
+@given(texts, st.lists(gap_values, max_size=8), time0s, st.booleans())
+def test_pack_run_decides_and_packs_as_the_pure_form(
+    texts_: list[Any], gaps: list[Any], time0: int, as_tuples: bool
+) -> None:
+    if as_tuples:
+        assert_same_pack(tuple(texts_), tuple(gaps), time0)
+    else:
+        assert_same_pack(texts_, gaps, time0)
+
+
+@pytest.mark.parametrize(
+    ("gaps", "time0"),
+    [
+        ([SAFE], 0),  # the last member time at the bound
+        ([SAFE], 1),  # one past it
+        ([-SAFE], 0),
+        ([-SAFE], -1),
+        ([SAFE, -SAFE, SAFE], 0),
+        ([SAFE, SAFE], -SAFE),  # back within range, but the second time is not
+        ([-1, SAFE], SAFE),  # the first time is fine, the next leaves the range
+        ([], SAFE),
+        ([0] * 1000, -SAFE),
+    ],
+)
+def test_pack_run_member_time_bounds(gaps: list[int], time0: int) -> None:
+    assert_same_pack(["a"] * (len(gaps) + 1), gaps, time0)
+
+
+def test_pack_run_refuses_what_is_not_a_list_and_wide_texts_pack_alike() -> None:
+    pack = compiled().pack_run
+    assert pack(iter(["a"]), [], 0) is None
+    assert pack(["a", "b"], iter([1]), 0) is None
+    assert pack(["a"], [], 2**70) is None
+    wide = ["é😀" * 3, "中", "", "x"]
+    assert_same_pack(wide, [1, 2, 3], 0)
 
 
 @pytest.mark.skipif(PURE, reason="this run is the pure-Python one")

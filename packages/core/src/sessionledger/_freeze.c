@@ -25,6 +25,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 
 static PyTypeObject *frozen_type = NULL; /* FrozenDict, set by setup() */
 static PyObject *no_args = NULL;         /* () for FrozenDict's tp_new */
@@ -255,6 +256,127 @@ freeze_sequence(PyObject *module, PyObject *source)
     return out != NULL ? out : none_unless_error();
 }
 
+static PyObject *array_type = NULL; /* array.array, imported on first use */
+
+static PyObject *
+make_array(const char *kind, const void *items, Py_ssize_t size)
+{
+    if (array_type == NULL) {
+        PyObject *module = PyImport_ImportModule("array");
+        if (module == NULL) {
+            return NULL;
+        }
+        array_type = PyObject_GetAttrString(module, "array");
+        Py_DECREF(module);
+        if (array_type == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)items, size);
+    if (raw == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyObject_CallFunction(array_type, "sO", kind, raw);
+    Py_DECREF(raw);
+    if (out != NULL) {
+        PyObject_GC_UnTrack(out); /* an array holds no object */
+    }
+    return out;
+}
+
+/* pack_run(texts, gaps, time0): the checks and the packing of a stored chunk row, as
+   chunks.py's pure form does them (_only_strings, _gaps_fit, then ChunkRun.seal's join and
+   end offsets). None when a text is not exactly a str, a gap not exactly an int within
+   +-max_safe, or a member time leaves +-max_safe. */
+static PyObject *
+pack_run(PyObject *module, PyObject *args)
+{
+    PyObject *texts, *gaps, *start;
+    if (!ready() || !PyArg_ParseTuple(args, "OOO", &texts, &gaps, &start)) {
+        return NULL;
+    }
+    if (!PyLong_CheckExact(start)) {
+        Py_RETURN_NONE; /* the caller checked time0: not for this path */
+    }
+    int start_overflow = 0;
+    long long time0 = PyLong_AsLongLongAndOverflow(start, &start_overflow);
+    if (start_overflow) {
+        Py_RETURN_NONE;
+    }
+    if ((!PyList_CheckExact(texts) && !PyTuple_CheckExact(texts))
+        || (!PyList_CheckExact(gaps) && !PyTuple_CheckExact(gaps))) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(texts);
+    Py_ssize_t steps = PySequence_Fast_GET_SIZE(gaps);
+    PyObject **items = PySequence_Fast_ITEMS(texts);
+    PyObject **deltas = PySequence_Fast_ITEMS(gaps);
+    /* The gaps first: no allocation, so nothing can change the lists under us. */
+    long long time = time0;
+    if (time < -max_safe || time > max_safe) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < steps; i++) {
+        PyObject *gap = deltas[i];
+        if (!PyLong_CheckExact(gap)) {
+            Py_RETURN_NONE;
+        }
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(gap, &overflow);
+        if (overflow || value < -max_safe || value > max_safe) {
+            Py_RETURN_NONE;
+        }
+        time += value; /* |time| and |value| <= 2**53: no overflow */
+        if (time < -max_safe || time > max_safe) {
+            Py_RETURN_NONE;
+        }
+    }
+    unsigned long long total = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (!PyUnicode_CheckExact(items[i]) || PyUnicode_READY(items[i]) < 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        total += (unsigned long long)PyUnicode_GET_LENGTH(items[i]);
+    }
+    int narrow = total < 4294967296ULL;
+    size_t width = narrow ? 4 : 8;
+    void *ends = PyMem_Malloc(size ? (size_t)size * width : 1);
+    if (ends == NULL) {
+        return PyErr_NoMemory();
+    }
+    unsigned long long end = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        end += (unsigned long long)PyUnicode_GET_LENGTH(items[i]);
+        if (narrow) {
+            ((uint32_t *)ends)[i] = (uint32_t)end;
+        }
+        else {
+            ((int64_t *)ends)[i] = (int64_t)end;
+        }
+    }
+    PyObject *offsets = make_array(narrow ? "I" : "q", ends, size * (Py_ssize_t)width);
+    PyMem_Free(ends);
+    if (offsets == NULL) {
+        return NULL;
+    }
+    PyObject *empty = PyUnicode_New(0, 0);
+    PyObject *joined = empty == NULL ? NULL : PyUnicode_Join(empty, texts);
+    Py_XDECREF(empty);
+    if (joined == NULL) {
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    if ((unsigned long long)PyUnicode_GET_LENGTH(joined) != end) {
+        /* A text changed while the array was made (no Python code runs here, but
+           the array module's import may): the careful path decides. */
+        Py_DECREF(joined);
+        Py_DECREF(offsets);
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(NN)", joined, offsets);
+}
+
 static PyObject *
 untrack(PyObject *module, PyObject *const *objects, Py_ssize_t count)
 {
@@ -295,6 +417,9 @@ static PyMethodDef methods[] = {
      "Return the frozen copy of a dict the fast path accepts, else None."},
     {"freeze_sequence", freeze_sequence, METH_O,
      "Return the frozen copy (a tuple) of a list or tuple the fast path accepts, else None."},
+    {"pack_run", pack_run, METH_VARARGS,
+     "pack_run(texts, gaps, time0): (joined texts, end offsets) of a stored chunk row whose "
+     "texts are strings and whose gaps fit, else None."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},

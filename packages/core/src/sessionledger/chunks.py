@@ -22,21 +22,30 @@ order decodes equal (``==``) but in canonical order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Mapping
 from itertools import accumulate
 from typing import Any, Final, NamedTuple, TypeAlias
 
 import orjson
 
 from sessionledger.errors import ConfigError, StorageRowError
-from sessionledger.eventlog import ChunkRun
+from sessionledger.eventlog import ChunkRun, pack_texts
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, mark_all_shallow
+from sessionledger.snapshot import (
+    ACCELERATOR,
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    brief,
+    mark_all_shallow,
+)
 
 __all__ = [
     "MIN_RUN",
     "ROW_TYPES",
     "pack_chunk_runs",
+    "pack_run",
+    "pure_pack_run",
     "unpack_events",
     "unpack_record",
     "unpack_to_log",
@@ -186,8 +195,7 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
     if (
         (type(gaps) is list or type(gaps) is tuple)
         and len(gaps) == len(payload) - 1
-        and _only_strings(payload)
-        and _gaps_fit(gaps, time0)
+        and (packed := pack_run(payload, gaps, time0)) is not None
     ):
         if tag == TOOL_ROW:
             fields = (kind[0], data["turn"], data["step"], data["index"], data["id"])
@@ -196,7 +204,7 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
             fields = (kind[0], data["turn"], data["step"], data["index"], None)
             name = None
         run = ChunkRun((*fields, name, ""), seq0, None, payload, time0=time0, gaps=gaps)
-        run.seal()
+        run.seal(packed)
         return run
     # Some member is malformed: the member-by-member check raises, naming it.
     return _expand_row(record, tag, kind[0], kind[1], as_events=True)
@@ -208,6 +216,29 @@ def _row_kind(record: Any) -> tuple[str, str] | None:
         return _ROW_KINDS.get(record.get("type"))
     except (AttributeError, TypeError):  # not a mapping, or an unhashable type
         return None
+
+
+def pure_pack_run(texts: Any, gaps: Any, time0: int) -> tuple[str, array[int]] | None:
+    """Check a stored row's *texts* (each a ``str``) and *gaps* (safe integers that keep
+    every member time safe, from the caller's checked *time0*) and return the texts
+    packed as a run keeps them (``pack_texts``), or None when a check fails. The pure
+    form of the compiled ``pack_run``: both decide the same."""
+    if not (_only_strings(texts) and _gaps_fit(gaps, time0)):
+        return None
+    return pack_texts(texts)
+
+
+def _pack_run() -> Callable[[Any, Any, int], tuple[str, array[int]] | None]:
+    """The compiled ``pack_run`` where the accelerator runs (its offsets are 4-byte
+    ``array("I")`` items), else the pure one."""
+    if ACCELERATOR is None or array("I").itemsize != 4:
+        return pure_pack_run
+    compiled: Callable[[Any, Any, int], tuple[str, array[int]] | None] = ACCELERATOR.pack_run
+    return compiled
+
+
+#: Check and pack a stored row's texts and gaps in one step (see ``pure_pack_run``).
+pack_run: Final = _pack_run()
 
 
 def _only_strings(values: Any) -> bool:

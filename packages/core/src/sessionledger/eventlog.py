@@ -25,7 +25,7 @@ from sessionledger.snapshot import (
     untrack_acyclic,
 )
 
-__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields", "freeze_delta"]
+__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields", "freeze_delta", "pack_texts"]
 
 #: The one event type a run holds.
 CHUNK_TYPE: Final = "assistant/chunk"
@@ -213,15 +213,13 @@ class ChunkRun:
         ends: array[int] = self._ends  # type: ignore[assignment]
         return self._joined[ends[offset - 1] if offset else 0 : ends[offset]]
 
-    def seal(self) -> None:
-        """Pack the texts of a closed run into one string (nothing changes for readers)."""
+    def seal(self, packed: tuple[str, array[int]] | None = None) -> None:
+        """Pack the texts of a closed run into one string (nothing changes for readers);
+        *packed* is ``pack_texts`` of them when the caller already has it."""
         texts = self.texts
         if texts is None or len(texts) < 2:
             return
-        joined = "".join(texts)
-        kind = "I" if len(joined) < 2**32 and array("I").itemsize >= 4 else "q"
-        self._ends = array(kind, accumulate(map(len, texts)))
-        self._joined = joined
+        self._joined, self._ends = packed or pack_texts(texts)
         self.texts = None
         untrack_acyclic(self._ends)
 
@@ -299,6 +297,13 @@ class ChunkRun:
 
 
 Slot = SessionEvent | ChunkRun
+
+
+def pack_texts(texts: Sequence[str]) -> tuple[str, array[int]]:
+    """Return *texts* joined into one string, and where each ends in it."""
+    joined = "".join(texts)
+    kind = "I" if len(joined) < 2**32 and array("I").itemsize >= 4 else "q"
+    return joined, array(kind, accumulate(map(len, texts)))
 
 
 @final

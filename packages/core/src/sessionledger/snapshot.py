@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import ModuleType
 from typing import Any, Final, NoReturn, TypeAlias, Union
 
 from sessionledger.errors import JsonValueError
 
 __all__ = [
     "ACCELERATED",
+    "ACCELERATOR",
     "MAX_SAFE_INTEGER",
     "FrozenDict",
     "JsonValue",
@@ -294,9 +296,9 @@ def pure_freeze_sequence(source: Any) -> tuple[Any, ...] | None:
         return None
 
 
-def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[..., None]] | None:
-    """The compiled fast path (``sessionledger._freeze``), or None when it was not built or
-    ``SESSIONLEDGER_PURE_PYTHON`` is set (README, "the compiled accelerator")."""
+def _compiled() -> ModuleType | None:
+    """The compiled accelerator (``sessionledger._freeze``), or None when it was not built
+    or ``SESSIONLEDGER_PURE_PYTHON`` is set (README, "the compiled accelerator")."""
     try:
         from sessionledger import _freeze
     except ImportError:
@@ -304,18 +306,20 @@ def _compiled() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[..
     _freeze.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH)  # usable, even when not chosen
     if os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0"):
         return None
-    return _freeze.freeze_mapping, _freeze.freeze_sequence, _freeze.untrack
+    return _freeze
 
 
 def _leave_tracked(*objects: object) -> None:
     """The pure-Python form of ``untrack_acyclic``: Python cannot untrack an object."""
 
 
-_COMPILED: Final = _compiled()
+#: The compiled accelerator when it runs, else None: modules with a compiled form of
+#: their own fast path (``chunks``) take it from here, so one choice holds for all.
+ACCELERATOR: Final = _compiled()
 #: Whether snapshot's fast path runs compiled. Both forms accept the same values and
 #: build the same frozen copies; the compiled one also leaves a frozen value untracked
 #: by the cyclic collector (it holds nothing the collector tracks).
-ACCELERATED: Final = _COMPILED is not None
+ACCELERATED: Final = ACCELERATOR is not None
 _freeze_mapping: Callable[[Any], FrozenDict | None]
 _freeze_sequence: Callable[[Any], tuple[Any, ...] | None]
 #: Stop the cyclic collector watching *objects* that can never be part of a reference
@@ -324,11 +328,13 @@ _freeze_sequence: Callable[[Any], tuple[Any, ...] | None]
 #: then costs every full collection nothing (docs/reading.md, "Memory"). Compiled only:
 #: on the pure-Python path the objects stay tracked, which is merely slower.
 untrack_acyclic: Callable[..., None]
-_freeze_mapping, _freeze_sequence, untrack_acyclic = _COMPILED or (
-    pure_freeze_mapping,
-    pure_freeze_sequence,
-    _leave_tracked,
-)
+if ACCELERATOR is not None:
+    _freeze_mapping = ACCELERATOR.freeze_mapping
+    _freeze_sequence = ACCELERATOR.freeze_sequence
+    untrack_acyclic = ACCELERATOR.untrack
+else:
+    _freeze_mapping, _freeze_sequence = pure_freeze_mapping, pure_freeze_sequence
+    untrack_acyclic = _leave_tracked
 
 _CONTAINERS: Final = (dict, list, tuple, FrozenDict)
 
