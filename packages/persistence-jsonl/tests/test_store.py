@@ -162,10 +162,10 @@ async def test_a_reformatted_header_line_leaves_the_first_batch_intact(tmp_path:
 
 
 async def test_commit_records_are_found_however_their_key_is_spelled(tmp_path: Path) -> None:
-    # A reader parses only the lines that can be commit records (they hold the commit key,
-    # or an escape that may spell it); one it missed would make an acknowledged batch read
-    # as incomplete, and a load would cut it. Events that merely mention the key, or hold
-    # an escaped character, stay events.
+    # A reader parses only the lines that can be commit records (every line that does not
+    # begin as a record does, '{"type":'); one it missed would make an acknowledged batch
+    # read as incomplete, and a load would cut it. Events that merely mention the key, or
+    # hold an escaped character, stay events.
     session = Session.create(header=header("spelled"), clock=ticking())
     session.append("x/note", {"commit": {"first": 0, "next": 1}}, ignorable=True)
     session.append("x/note", {"text": "a\x01b", "commit": 1}, ignorable=True)

@@ -17,7 +17,6 @@ touches the file system. docs/formats.md, "commit records", describes it for rea
 
 from __future__ import annotations
 
-import bisect
 import os
 import zlib
 from collections.abc import Mapping, Sequence
@@ -63,7 +62,10 @@ STORAGE_FORMAT: Final = 2
 
 _HEADER_TAG: Final = "session"
 _COMMIT: Final = "commit"
-_COMMIT_KEY: Final = b'"commit"'
+#: How each event or row line a writer writes begins. A line that begins so is an object
+#: with a "type" key, whatever follows, so it is never a commit record (an object whose
+#: only key is "commit"): only the lines that begin otherwise are parsed to find batches.
+_RECORD_START: Final = b'{"type":'
 
 
 def parse_line(line: bytes | memoryview) -> Any:
@@ -194,14 +196,14 @@ def split_batches(
     position = start = body
     first_record = 0
     first_line = 2
-    # Only a line holding the commit key can be a commit record (or one that spells a key
-    # with an escape): every other line is kept unparsed, for the decode to parse when it
-    # reaches it (RawRecord.of_text), so a log's parsed form is never whole in memory.
-    candidates = _lines_holding(data, body, ends, (_COMMIT_KEY, b"\\u"))
+    # A line that begins as a record does cannot be a commit record: it is kept unparsed,
+    # for the decode to parse when it reaches it (RawRecord.of_text), so a log's parsed
+    # form is never whole in memory.
     of_text = RawRecord.of_text
+    begins = data.startswith
     for number, end_at in enumerate(ends, start=2):
         line = view[position:end_at]
-        if number not in candidates:
+        if begins(_RECORD_START, position, end_at):
             records.append(of_text(line, position, f"line {number}", number))
             position += len(line) + 1
             continue
@@ -286,23 +288,6 @@ def _checked(
         again = _check(fields, count, zlib.crc32(lines, written))
         if again[0] is None:
             return again
-    return found
-
-
-def _lines_holding(data: bytes, body: int, ends: list[int], needles: tuple[bytes, ...]) -> set[int]:
-    """Return the numbers of the lines after *body* that hold one of *needles* (line 2 is
-    the first after the header, as in ``split_batches``); a trailing partial line counts
-    as the line after the last complete one. One search of the whole buffer per needle:
-    cheaper than one per line, as few lines hold them."""
-    found: set[int] = set()
-    find = data.find
-    for needle in needles:
-        at = find(needle, body)
-        while at >= 0:
-            index = bisect.bisect_left(ends, at)
-            found.add(index + 2)
-            # Go on after the line: every other hit in it names the same line.
-            at = find(needle, ends[index] + 1 if index < len(ends) else len(data))
     return found
 
 
