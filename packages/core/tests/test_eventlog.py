@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from sessionledger import Session, assistant_message, user_message
 from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
-from sessionledger.errors import LedgerError, StorageRowError
+from sessionledger.errors import LedgerError, SeedError, StorageRowError
 from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import SessionEvent
+from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.testing.strategies import session_logs
 
 
 def text_delta(text: str, *, turn: int = 1, step: int = 1, index: int = 0) -> dict[str, Any]:
@@ -285,3 +286,55 @@ def test_any_stream_reads_back_exactly(parts: list[tuple[str, int, int, bool]]) 
     assert as_json(log) == as_json(expected)
     assert as_json(log.copy().plus([])) == as_json(expected)
     assert [log[seq] for seq in range(len(expected))] == expected
+
+
+def restore_summary(session: Session) -> tuple[Any, ...]:
+    """What a restored session shows: its events, surface, messages and where it goes live."""
+    return (
+        as_json(session.events),
+        session.surface.nodes,
+        orjson.dumps(session.derive_messages()),
+        session.first_live_seq,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(session_logs())
+def test_restoring_a_stored_log_whole_equals_restoring_it_event_by_event(
+    log: list[dict[str, Any]],
+) -> None:
+    # A log of the store's read path is taken whole, its events and runs shared, and only
+    # its loose events are checked; a list goes event by event. Both must end the same.
+    header = SessionHeader(id="r", created_at=0)
+    events = [SessionEvent.from_json(envelope) for envelope in log]
+    stored = EventLog(events)
+    whole = Session.restore(header, stored, clock=lambda: 7)
+    one_by_one = Session.restore(header, events, clock=lambda: 7)
+    assert restore_summary(whole) == restore_summary(one_by_one)
+    assert as_json(stored) == as_json(events)  # the stored log itself is unchanged
+    whole.append("x/note", {}, ignorable=True)  # and it never sees the session's appends
+    assert len(stored) == len(events)
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        (SessionEvent("x/note", 9, 0, {}), "SEQ_GAP"),
+        (SessionEvent("user/message", 4, 0, {"id": "x"}, surface_op="append"), "BAD_MESSAGE"),
+        (SessionEvent("x/note", 4, 0, {}, surface_op="append"), "NOT_SURFACE_TYPE"),
+    ],
+)
+def test_a_stored_log_restored_whole_fails_where_event_by_event_fails(
+    bad: SessionEvent, code: str
+) -> None:
+    header = SessionHeader(id="r", created_at=0)
+    session = Session.create("s")
+    streamed(session, [text_delta(str(i)) for i in range(4)])
+    events = [*session.events, bad, SessionEvent("x/note", 5, 0, {})]  # a run, then *bad*
+    stored = EventLog(events)
+    before = as_json(stored)
+    for seed in (stored, events):
+        with pytest.raises(SeedError) as caught:
+            Session.restore(header, seed)
+        assert (caught.value.code, caught.value.index) == (code, 4)
+    assert as_json(stored) == before

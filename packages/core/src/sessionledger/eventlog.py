@@ -396,6 +396,13 @@ class EventLog(Sequence[SessionEvent]):
         self._close()
         self._slots.extend([run] * len(run))
 
+    def fill_from(self, other: EventLog) -> None:
+        """Make this empty log hold *other*'s events, in one step: its events and runs are
+        shared (both immutable to readers; this log never extends a run of *other*)."""
+        if self._slots:
+            raise ValueError(f"only an empty log can be filled, this one holds {len(self._slots)}")
+        self._slots.extend(other._slots)
+
     def copy(self) -> EventLog:
         """Return a log with the same events (runs are shared, never extended by both)."""
         log = EventLog()
@@ -468,6 +475,13 @@ class EventLog(Sequence[SessionEvent]):
         for _, slot, _ in self._walk(start, None):
             if type(slot) is SessionEvent:
                 yield slot
+
+    def loose(self) -> Iterator[tuple[int, SessionEvent]]:
+        """Yield each event no run holds, with its place in the log (its seq, in a log
+        built contiguously from 0)."""
+        for seq, slot, _ in self._walk(0, None):
+            if type(slot) is SessionEvent:
+                yield seq, slot
 
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared

@@ -195,16 +195,23 @@ class Session:
         # A stored log is restored run by run: a run of deltas needs no check unless a
         # plugin declared one for chunks (then each member is checked like any event).
         runs_pass = CHUNK_TYPE not in needs_checks and (not strict or CHUNK_TYPE in types)
-        items: Iterable[Any] = seed.segments() if type(seed) is EventLog and not copy else seed
-        for item in items:
-            if type(item) is ChunkRun:
-                if runs_pass and item.seq0 == len(log):
+        if type(seed) is EventLog and not copy and runs_pass and not log:
+            # A stored log is taken whole, its events and runs shared: only the events
+            # no run holds are looked at, in order, and only those a check or the
+            # surface needs cost more than a glance. A failure leaves *seed* as it was.
+            log.fill_from(seed)
+            for index, event in seed.loose():
+                self._check_seed(event, index, copy=False, strict=strict, checks=needs_checks)
+        else:
+            items = seed.segments() if type(seed) is EventLog and not copy else seed
+            for item in items:
+                if type(item) is not ChunkRun:
+                    self._seed_one(item, copy=copy, strict=strict, checks=needs_checks)
+                elif runs_pass and item.seq0 == len(log):
                     log.add_run(item)
                 else:
                     for member in item.members(item.seq0, item.seq0 + len(item)):
                         self._seed_one(member, copy=copy, strict=strict, checks=needs_checks)
-                continue
-            self._seed_one(item, copy=copy, strict=strict, checks=needs_checks)
         self._first_live_seq = len(log)
         self._events_view = None
         if not log or log[-1].type != SESSION_END_SEED:
@@ -220,7 +227,18 @@ class Session:
     ) -> None:
         """Validate one seed event and add it at the end of the log."""
         log = self._log
-        index = len(log)
+        log.append(self._check_seed(item, len(log), copy=copy, strict=strict, checks=checks))
+
+    def _check_seed(
+        self,
+        item: SessionEvent | Mapping[str, Any],
+        index: int,
+        *,
+        copy: bool,
+        strict: bool,
+        checks: set[str],
+    ) -> SessionEvent:
+        """Validate the seed event at *index* and take it into the surface; return it."""
         types = self._types
         if (
             not copy
@@ -233,8 +251,7 @@ class Session:
         ):
             # A stored event of a type with no registered check and no surface
             # metadata (the bulk of a log: chunks, boundaries) needs nothing more.
-            log.append(item)
-            return
+            return item
         try:
             if type(item) is SessionEvent and not copy:
                 event = item
@@ -268,8 +285,8 @@ class Session:
                 index=index,
                 session_id=self.id,
             ) from error
-        log.append(event)
         self._surface.apply(event, plan)
+        return event
 
     # -- the append pipeline ------------------------------------------------------------
 
