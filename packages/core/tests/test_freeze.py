@@ -18,12 +18,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
-from sessionledger.chunks import pure_pack_run
+from sessionledger.chunks import ROW_TYPES, pure_pack_run, run_from_text, unpack_to_log
+from sessionledger.errors import LedgerError
+from sessionledger.eventlog import ChunkRun
+from sessionledger.logstore import UNPARSABLE, parse_json
 
 snapshot_module = importlib.import_module("sessionledger.snapshot")
 ROOT = Path(__file__).resolve().parents[3]
@@ -381,3 +385,216 @@ def test_the_core_tests_pass_on_the_pure_python_fast_path() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+# -- a stored row decoded from its text (chunks.run_from_text, the compiled parse_row) --
+
+
+def fast_rows() -> None:
+    """Rows are decoded from their text only on the compiled path: skip on the pure one."""
+    compiled()
+    if not snapshot_module.ACCELERATED:
+        pytest.skip("the pure-Python run parses every row, then checks it")
+
+
+def ordinary_decode(text: bytes) -> Any:
+    """What the read path makes of *text* without the compiled row parser: the parsed
+    record through ``unpack_to_log`` (a run, events, or the error it raises)."""
+    value = parse_json(text)
+    if value is UNPARSABLE:
+        return "unparsable"
+    try:
+        return unpack_to_log(value)
+    except (LedgerError, TypeError, ValueError) as error:
+        return error
+
+
+def run_summary(run: ChunkRun) -> tuple[Any, ...]:
+    """Everything a reader can see of *run*, as plain values."""
+    members = [orjson.dumps(run.member(seq).to_json()) for seq in range(run.seq0, run.end)]
+    fields = (run.kind, run.turn, run.step, run.index, run.call_id, run.name)
+    return (fields, tuple(map(type, fields)), run.seq0, run.end, list(run.times), members)
+
+
+def assert_decodes_as_ordinary(text: bytes) -> ChunkRun | None:
+    """The fast decode of *text* either declines, or gives exactly the run the ordinary
+    path gives; return the fast run."""
+    fast = run_from_text(text)
+    if fast is None:
+        return None
+    slow = ordinary_decode(text)
+    assert type(slow) is ChunkRun, (text, slow)
+    assert run_summary(fast) == run_summary(slow), text
+    assert fast.texts is None  # packed, as a sealed run is
+    assert not gc.is_tracked(fast._ends)
+    assert not gc.is_tracked(fast.times)
+    return fast
+
+
+row_texts = st.lists(
+    st.text(max_size=5)
+    | st.text(alphabet='"\\/\b\f\n\r\t\x00\x1f\x7fé中😀\u2028', max_size=4)
+    | st.sampled_from(["", "\\u0041", "\ufeff", "\U0010ffff"]),
+    min_size=1,
+    max_size=6,
+)
+row_ints = st.integers(-SAFE, SAFE) | st.sampled_from([0, 1, -1, SAFE, -SAFE, 10**15, 2**53])
+row_ids = st.text(max_size=4) | st.sampled_from(["call-1", 'q"\\', "é"])
+
+
+@st.composite
+def written_rows(draw: st.DrawFn) -> bytes:
+    """A row as the writer writes it (keys in its order), with values near every bound."""
+    tag = draw(st.sampled_from(sorted(ROW_TYPES)))
+    texts_ = draw(row_texts)
+    gaps = draw(st.lists(row_ints, min_size=len(texts_) - 1, max_size=len(texts_) - 1))
+    data: dict[str, Any] = {
+        "turn": draw(row_ints),
+        "step": draw(row_ints),
+        "index": draw(row_ints),
+        "dt": gaps,
+    }
+    if tag == "tool-call-chunks":
+        data["id"] = draw(row_ids)
+        if draw(st.booleans()):
+            data["name"] = draw(row_ids)
+        data["args"] = texts_
+    else:
+        data["texts"] = texts_
+    seq0 = draw(st.integers(0, SAFE) | st.sampled_from([0, SAFE - len(texts_) + 1, SAFE]))
+    time0 = draw(row_ints)
+    return orjson.dumps({"type": tag, "seq0": seq0, "time0": time0, "data": data})
+
+
+mutation_bytes = st.sampled_from(
+    [b" ", b'"', b"\\", b",", b":", b"[", b"]", b"{", b"}", b"-", b"0", b"1", b"9", b".",
+     b"e", b"u", b"\x00", b"\x1f", b"\x7f", b"\xc3", b"\xa9", b"\xed\xa0\x80", b"\\ud800",
+     b"\\u00e9", b"\\ud83d\\ude00", b"\xc0\x80", b"\n"]
+)  # fmt: skip
+
+
+@given(
+    written_rows(),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2), mutation_bytes), max_size=3),
+)
+def test_a_row_decoded_from_its_text_is_the_run_the_ordinary_path_makes(
+    text: bytes, mutations: list[tuple[int, int, bytes]]
+) -> None:
+    fast_rows()
+    for place, how, piece in mutations:
+        at = place % (len(text) + 1)
+        # Insert, replace or delete at *at*: mostly text no writer wrote, which the fast
+        # path must decline, or decode exactly as orjson and the row checks would.
+        text = text[:at] + (piece if how < 2 else b"") + text[at + (how > 0) :]
+    assert_decodes_as_ordinary(text)
+
+
+@given(written_rows())
+def test_every_row_the_writer_writes_takes_the_fast_path(text: bytes) -> None:
+    fast_rows()
+    slow = ordinary_decode(text)
+    fast = assert_decodes_as_ordinary(text)
+    # Only what the fast path leaves to the ordinary one by design: a one-member row,
+    # or a bound the row checks refuse.
+    assert (fast is not None) == (type(slow) is ChunkRun and slow.end - slow.seq0 >= 2), text
+
+
+def text_row(**fields: str) -> bytes:
+    """A row's text in the writer's form, with *fields* (JSON fragments) put in place."""
+    parts = {
+        "tag": "text-chunks",
+        "seq0": "4",
+        "turn": "1",
+        "step": "2",
+        "index": "0",
+        "dt": "[5]",
+        "middle": "",
+        "key": "texts",
+        "texts": '["a","b"]',
+        "end": "",
+        **fields,
+    }
+    return (
+        '{{"type":"{tag}","seq0":{seq0},"time0":100,"data":{{"turn":{turn},"step":{step},'
+        '"index":{index},"dt":{dt}{middle},"{key}":{texts}{end}}}}}'.format(**parts).encode()
+    )
+
+
+TOOL = {"tag": "tool-call-chunks", "key": "args"}
+
+
+@pytest.mark.parametrize(
+    ("text", "taken"),
+    [
+        (text_row(), True),
+        (text_row(texts='["\\u00e9\\/\\n\\"","\\u0000\\\\"]'), True),
+        (text_row(texts='["aÿ中😀","b"]'), True),
+        (text_row(texts='["\\ud83d\\ude00","b"]'), False),  # a pair: left to orjson
+        (text_row(texts='["\\ud800","b"]'), False),
+        (text_row(texts='["\\u00G0","b"]'), False),
+        (text_row(texts='["\\x","b"]'), False),
+        (text_row(texts='["a\tb","b"]'), False),  # a raw control character
+        (text_row(turn="-0"), False),
+        (text_row(turn="01"), False),
+        (text_row(turn="1.0"), False),
+        (text_row(turn="1e2"), False),
+        (text_row(turn=str(SAFE), step=str(-SAFE)), True),
+        (text_row(turn=str(SAFE + 1)), False),
+        (text_row(turn="12345678901234567890"), False),
+        (text_row(dt=f"[{SAFE}]"), False),  # the second member's time leaves the range
+        (text_row(dt="[-100]"), True),
+        (text_row(texts='["a"]'), False),
+        (text_row(dt="[]", texts='["a"]'), False),
+        (text_row(dt="[5,5]"), False),
+        (text_row(texts="[]"), False),
+        (text_row(texts='["a",1]'), False),
+        (text_row(turn=" 1"), False),
+        (text_row(middle=',"name":"x"'), False),
+        (text_row(end=',"name":"x"'), False),
+        (text_row() + b" ", False),
+        (text_row() + b"}", False),
+        (text_row(seq0=str(SAFE - 1)), True),
+        (text_row(seq0=str(SAFE)), False),
+        (text_row(seq0="-1"), False),
+        (text_row(tag="other-chunks"), False),
+        (text_row(**TOOL, middle=',"id":"c","name":"n"'), True),
+        (text_row(**TOOL, middle=',"id":"c\\"\\u00e9"'), True),
+        (text_row(**TOOL, middle=',"id":7'), False),
+        (text_row(**TOOL, middle=',"name":"n","id":"c"'), False),
+        (text_row(**TOOL), False),  # no id
+        (text_row(tag="tool-call-chunks"), False),  # texts, not args
+        (b'{"type":"user/message","seq":0,"time":0,"data":{}}', False),
+        (b"", False),
+        (b"not json", False),
+    ],
+)
+def test_the_fast_row_decode_takes_only_the_writers_form(text: bytes, taken: bool) -> None:
+    fast_rows()
+    fast = assert_decodes_as_ordinary(text)
+    assert (fast is not None) is taken
+    assert (
+        assert_decodes_as_ordinary(memoryview(b"xx" + text + b"yy")[2:-2]) is not None or not taken
+    )
+
+
+def test_the_fast_row_decode_refuses_invalid_utf8_and_keeps_no_references() -> None:
+    fast_rows()
+    good = text_row(texts='["ab","cd"]')
+    for bad in (b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\xe9"):
+        spoilt = good.replace(b"ab", b"a" + bad)
+        assert run_from_text(spoilt) is None
+        assert ordinary_decode(spoilt) == "unparsable"
+    before = sys.getrefcount(good)
+    for _ in range(1000):
+        assert run_from_text(good) is not None
+        assert run_from_text(good[:-1]) is None
+    assert sys.getrefcount(good) == before
+    assert run_from_text(b"\x00" * 10) is None
+    assert compiled().parse_row(object()) is None
+
+
+def test_the_pure_path_parses_every_row() -> None:
+    if snapshot_module.ACCELERATED:
+        pytest.skip("the compiled path runs here")
+    assert run_from_text(text_row()) is None
+    assert type(ordinary_decode(text_row())) is ChunkRun

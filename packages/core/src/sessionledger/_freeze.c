@@ -1,5 +1,5 @@
 /*
- * sessionledger._freeze: the compiled form of snapshot's fast path.
+ * sessionledger._freeze: the compiled form of snapshot's fast path, and of the read path's.
  *
  * freeze_mapping / freeze_sequence accept exactly what snapshot.py's pure-Python fast path
  * accepts (exact dict / FrozenDict / list / tuple containers, exact str keys, strings
@@ -21,11 +21,17 @@
  * untrack(*objects) does the same for objects the caller vouches can never be part of
  * a reference cycle: the log's events and packed runs, which refer only to scalars,
  * frozen values, arrays and lists of scalars.
+ *
+ * On the read path, pack_run checks and packs a parsed chunk row's lists, and parse_row
+ * decodes a stored row from its JSON text, when the text is in the writer's exact form,
+ * into the parts of a packed run; any other text is left to orjson and the row checks
+ * of chunks.py (see the comments at each).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static PyTypeObject *frozen_type = NULL; /* FrozenDict, set by setup() */
 static PyObject *no_args = NULL;         /* () for FrozenDict's tp_new */
@@ -377,6 +383,383 @@ pack_run(PyObject *module, PyObject *args)
     return Py_BuildValue("(NN)", joined, offsets);
 }
 
+/* parse_row(text): a stored chunk row decoded straight from its JSON text, in the exact
+   form the writer gives it (chunks.py's _row_data: no whitespace, keys in the writer's
+   order, integers without fraction or exponent, strings with no surrogate escape, at
+   least two members). Anything else, valid JSON or not, returns None and the ordinary
+   path (orjson, then chunks.unpack_to_log) decides: the fast path only ever takes text
+   whose parsed form that path turns into the very same run, with the same checks
+   (docs/reading.md, "memory"). On success: (tag, seq0, turn, step, index, call id or
+   None, name or None, joined texts, end offsets, member times). */
+
+static const char *const row_tags[3] = {"text-chunks", "reasoning-chunks", "tool-call-chunks"};
+static PyObject *row_tag_objects[3] = {NULL, NULL, NULL};
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} cursor;
+
+static int
+literal_of(cursor *at, const char *text, size_t size)
+{
+    if ((size_t)(at->end - at->p) < size || memcmp(at->p, text, size) != 0) {
+        return 0;
+    }
+    at->p += size;
+    return 1;
+}
+
+/* The exact bytes of a string constant (its length known when compiled). */
+#define literal(at, text) literal_of((at), (text), sizeof(text) - 1)
+
+static int
+byte(cursor *at, unsigned char c)
+{
+    if (at->p < at->end && *at->p == c) {
+        at->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A JSON integer within +-max_safe, as orjson would read it to an int: no leading zero,
+   no "-0", nothing of a float after it. */
+static int
+safe_integer(cursor *at, long long *out)
+{
+    const unsigned char *p = at->p;
+    int negative = 0;
+    if (p < at->end && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p >= at->end || *p < '0' || *p > '9' || (*p == '0' && negative)) {
+        return 0;
+    }
+    unsigned long long value = 0;
+    int digits = 0;
+    if (*p == '0') {
+        p++;
+    }
+    else {
+        while (p < at->end && *p >= '0' && *p <= '9') {
+            if (++digits > 16) {
+                return 0; /* beyond 2**53 in any case */
+            }
+            value = value * 10 + (unsigned long long)(*p - '0');
+            p++;
+        }
+    }
+    if (p < at->end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E')) {
+        return 0;
+    }
+    if (value > (unsigned long long)max_safe) {
+        return 0;
+    }
+    at->p = p;
+    *out = negative ? -(long long)value : (long long)value;
+    return 1;
+}
+
+static int
+hex_digit(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+/* A JSON string (at its opening quote), its UTF-8 appended at *out* (room for the
+   string's own length is there: decoding never grows it); *chars* gets its code points
+   (counted as the bytes that do not continue a sequence; the caller's strict UTF-8
+   decode of the whole refuses any text that is not UTF-8). */
+static int
+json_string(cursor *at, unsigned char **out, Py_ssize_t *chars)
+{
+    const unsigned char *p = at->p;
+    unsigned char *o = *out;
+    Py_ssize_t count = 0;
+    if (p >= at->end || *p != '"') {
+        return 0;
+    }
+    p++;
+    for (;;) {
+        if (p >= at->end) {
+            return 0;
+        }
+        unsigned char c = *p;
+        if (c == '"') {
+            p++;
+            break;
+        }
+        if (c < 0x20) {
+            return 0; /* a raw control character: not JSON */
+        }
+        if (c != '\\') {
+            *o++ = c;
+            count += (c & 0xC0) != 0x80;
+            p++;
+            continue;
+        }
+        if (at->end - p < 2) {
+            return 0;
+        }
+        unsigned char e = p[1];
+        p += 2;
+        unsigned char plain = 0;
+        switch (e) {
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
+        case 'u': {
+            if (at->end - p < 4) {
+                return 0;
+            }
+            int point = 0;
+            for (int i = 0; i < 4; i++) {
+                int digit = hex_digit(p[i]);
+                if (digit < 0) {
+                    return 0;
+                }
+                point = point * 16 + digit;
+            }
+            p += 4;
+            if (point >= 0xD800 && point <= 0xDFFF) {
+                return 0; /* surrogates, paired or not: the ordinary path decides */
+            }
+            if (point < 0x80) {
+                *o++ = (unsigned char)point;
+            }
+            else if (point < 0x800) {
+                *o++ = (unsigned char)(0xC0 | (point >> 6));
+                *o++ = (unsigned char)(0x80 | (point & 0x3F));
+            }
+            else {
+                *o++ = (unsigned char)(0xE0 | (point >> 12));
+                *o++ = (unsigned char)(0x80 | ((point >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (point & 0x3F));
+            }
+            count++;
+            continue;
+        }
+        default:
+            return 0;
+        }
+        *o++ = plain;
+        count++;
+    }
+    at->p = p;
+    *out = o;
+    *chars = count;
+    return 1;
+}
+
+/* A short string field (a call's id or name) as a str, or NULL (no exception set) when
+   it is not for the fast path. */
+static PyObject *
+string_field(cursor *at, unsigned char *scratch)
+{
+    unsigned char *o = scratch;
+    Py_ssize_t chars;
+    if (!json_string(at, &o, &chars)) {
+        return NULL;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)scratch, o - scratch, "strict");
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+    }
+    return text;
+}
+
+typedef struct {
+    long long *times;  /* member times: time0, then each gap added */
+    uint64_t *ends;    /* where each text ends in the joined texts, in code points */
+    unsigned char *utf8; /* the joined texts */
+    PyObject *call_id;
+    PyObject *name;
+} row_parts;
+
+static void
+row_parts_free(row_parts *parts)
+{
+    PyMem_Free(parts->times);
+    PyMem_Free(parts->ends);
+    PyMem_Free(parts->utf8);
+    Py_XDECREF(parts->call_id);
+    Py_XDECREF(parts->name);
+}
+
+/* The body of parse_row: 1 with *result* set, 0 for "not for the fast path", -1 with an
+   exception set. */
+static int
+parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts, PyObject **result)
+{
+    cursor at = {text, text + size};
+    if (!literal(&at, "{\"type\":\"")) {
+        return 0;
+    }
+    int tag = -1;
+    for (int i = 0; i < 3; i++) {
+        cursor probe = at;
+        if (literal_of(&probe, row_tags[i], strlen(row_tags[i]))
+            && literal(&probe, "\",\"seq0\":")) {
+            tag = i;
+            at = probe;
+            break;
+        }
+    }
+    long long seq0, time0, turn, step, index;
+    if (tag < 0 || !safe_integer(&at, &seq0) || seq0 < 0 || !literal(&at, ",\"time0\":")
+        || !safe_integer(&at, &time0) || !literal(&at, ",\"data\":{\"turn\":")
+        || !safe_integer(&at, &turn) || !literal(&at, ",\"step\":")
+        || !safe_integer(&at, &step) || !literal(&at, ",\"index\":")
+        || !safe_integer(&at, &index) || !literal(&at, ",\"dt\":[")) {
+        return 0;
+    }
+    /* The gaps, added up into member times as they are read. Each gap takes two bytes
+       at least ("1,"), so the line's length bounds their number. */
+    Py_ssize_t limit = size / 2 + 2;
+    parts->times = PyMem_Malloc((size_t)limit * sizeof(long long));
+    parts->ends = PyMem_Malloc((size_t)limit * sizeof(uint64_t));
+    parts->utf8 = PyMem_Malloc((size_t)size + 1);
+    if (parts->times == NULL || parts->ends == NULL || parts->utf8 == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t members = 1;
+    parts->times[0] = time0;
+    if (!byte(&at, ']')) {
+        for (;;) {
+            long long gap;
+            if (!safe_integer(&at, &gap) || members >= limit) {
+                return 0;
+            }
+            long long time = parts->times[members - 1] + gap; /* both within 2**53 */
+            if (time < -max_safe || time > max_safe) {
+                return 0;
+            }
+            parts->times[members++] = time;
+            if (byte(&at, ']')) {
+                break;
+            }
+            if (!byte(&at, ',')) {
+                return 0;
+            }
+        }
+    }
+    if (tag == 2) {
+        if (!literal(&at, ",\"id\":")
+            || (parts->call_id = string_field(&at, parts->utf8)) == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        if (literal(&at, ",\"name\":")
+            && (parts->name = string_field(&at, parts->utf8)) == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        if (!literal(&at, ",\"args\":[")) {
+            return 0;
+        }
+    }
+    else if (!literal(&at, ",\"texts\":[")) {
+        return 0;
+    }
+    unsigned char *out = parts->utf8;
+    Py_ssize_t texts = 0;
+    uint64_t chars_so_far = 0;
+    for (;;) {
+        Py_ssize_t chars;
+        if (texts >= members || !json_string(&at, &out, &chars)) {
+            return 0; /* more texts than gaps allow, or a string not for this path */
+        }
+        chars_so_far += (uint64_t)chars;
+        parts->ends[texts++] = chars_so_far;
+        if (byte(&at, ']')) {
+            break;
+        }
+        if (!byte(&at, ',')) {
+            return 0;
+        }
+    }
+    if (!literal(&at, "}}") || at.p != at.end || texts != members || members < 2
+        || seq0 + members - 1 > max_safe) {
+        return 0;
+    }
+    PyObject *joined = PyUnicode_DecodeUTF8((const char *)parts->utf8, out - parts->utf8, "strict");
+    if (joined == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0; /* not UTF-8: orjson refuses it, and the ordinary path says so */
+    }
+    if ((uint64_t)PyUnicode_GET_LENGTH(joined) != chars_so_far) {
+        Py_DECREF(joined);
+        return 0;
+    }
+    int narrow = chars_so_far < 4294967296ULL;
+    PyObject *offsets;
+    if (narrow) {
+        uint32_t *small = (uint32_t *)parts->ends; /* in place: each item only shrinks */
+        for (Py_ssize_t i = 0; i < members; i++) {
+            small[i] = (uint32_t)parts->ends[i];
+        }
+        offsets = make_array("I", small, members * 4);
+    }
+    else {
+        offsets = make_array("q", parts->ends, members * 8);
+    }
+    PyObject *times = offsets == NULL ? NULL : make_array("q", parts->times, members * 8);
+    if (times == NULL) {
+        Py_DECREF(joined);
+        Py_XDECREF(offsets);
+        return -1;
+    }
+    PyObject *call_id = parts->call_id != NULL ? parts->call_id : Py_None;
+    PyObject *name = parts->name != NULL ? parts->name : Py_None;
+    *result = Py_BuildValue(
+        "(OLLLLOONNN)", row_tag_objects[tag], seq0, turn, step, index, call_id, name, joined,
+        offsets, times);
+    return *result == NULL ? -1 : 1;
+}
+
+static PyObject *
+parse_row(PyObject *module, PyObject *source)
+{
+    if (!ready()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *result = NULL;
+    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, &result);
+    row_parts_free(&parts);
+    PyBuffer_Release(&view);
+    if (found < 0) {
+        return NULL;
+    }
+    if (found == 0) {
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
 static PyObject *
 untrack(PyObject *module, PyObject *const *objects, Py_ssize_t count)
 {
@@ -420,6 +803,9 @@ static PyMethodDef methods[] = {
     {"pack_run", pack_run, METH_VARARGS,
      "pack_run(texts, gaps, time0): (joined texts, end offsets) of a stored chunk row whose "
      "texts are strings and whose gaps fit, else None."},
+    {"parse_row", parse_row, METH_O,
+     "parse_row(text): a stored chunk row in the writer's exact form, decoded to (tag, seq0, "
+     "turn, step, index, call id, name, joined texts, end offsets, member times), else None."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},
@@ -438,6 +824,12 @@ PyInit__freeze(void)
     no_args = PyTuple_New(0);
     if (no_args == NULL) {
         return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        row_tag_objects[i] = PyUnicode_InternFromString(row_tags[i]);
+        if (row_tag_objects[i] == NULL) {
+            return NULL;
+        }
     }
     return PyModule_Create(&module_def);
 }

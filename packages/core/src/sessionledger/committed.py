@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final, overload
 
-from sessionledger.chunks import unpack_events, unpack_to_log
+from sessionledger.chunks import run_from_text, unpack_events, unpack_to_log
 from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
@@ -365,6 +365,8 @@ def _decode(record: RawRecord, *, packed: bool) -> list[SessionEvent] | ChunkRun
 def _decode(record: RawRecord, *, packed: bool = False) -> list[SessionEvent] | ChunkRun | str:
     """Decode one record into events (a row into one ``ChunkRun`` when *packed*), or
     return why it is not a valid record."""
+    if packed and (text := record.text) is not None and (run := run_from_text(text)) is not None:
+        return run  # a row in the writer's form, decoded from its text in one pass
     value = record.value
     if value is UNPARSABLE:
         return "not valid JSON"

@@ -192,6 +192,24 @@ class ChunkRun:
         # cycle can pass through it, so the collector need not watch it.
         untrack_acyclic(self, times, texts, gaps)
 
+    @classmethod
+    def packed(
+        cls,
+        fields: DeltaFields,
+        seq0: int,
+        times: array[int],
+        joined: str,
+        ends: array[int],
+    ) -> ChunkRun:
+        """A closed run made straight from its packed form: the texts *joined*, where each
+        ends in it (*ends*), and the members' *times* (a stored row decoded in C)."""
+        run = cls(fields, seq0, times, ())
+        run.end = seq0 + len(ends)
+        run.texts = None
+        run._joined, run._ends = joined, ends
+        untrack_acyclic(ends)
+        return run
+
     @property
     def times(self) -> array[int]:
         """The members' times (epoch ms), in member order."""

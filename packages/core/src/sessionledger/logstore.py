@@ -130,6 +130,11 @@ class RawRecord:
             return self._value
         return self._build(*self._args)
 
+    @property
+    def text(self) -> bytes | memoryview | None:
+        """The JSON text of a record handed over unparsed (``of_text``), else None."""
+        return self._args[0] if self._build is parse_json else None
+
     def __repr__(self) -> str:
         return f"RawRecord(label={self.label!r}, position={self.position!r})"
 
