@@ -27,7 +27,10 @@ from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
 from sessionledger.chunks import ROW_TYPES, pure_pack_run, run_from_text, unpack_to_log
 from sessionledger.errors import LedgerError
 from sessionledger.eventlog import ChunkRun
+from sessionledger.events import APPEND, SessionEvent, make_event, pure_from_json
 from sessionledger.logstore import UNPARSABLE, parse_json
+from sessionledger.testing.strategies import session_logs
+from sessionledger.vocabulary import RESERVED_TYPES
 
 snapshot_module = importlib.import_module("sessionledger.snapshot")
 ROOT = Path(__file__).resolve().parents[3]
@@ -598,3 +601,124 @@ def test_the_pure_path_parses_every_row() -> None:
         pytest.skip("the compiled path runs here")
     assert run_from_text(text_row()) is None
     assert type(ordinary_decode(text_row())) is ChunkRun
+
+
+# -- an event built from its envelope (SessionEvent.from_json's compiled common case) --
+
+
+def event_builder() -> Any:
+    """The compiled build, set up as events.py sets it up (it does so only when chosen)."""
+    freeze = compiled()
+    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    return freeze.event_from_json
+
+
+def pure_outcome(envelope: Any) -> Any:
+    try:
+        return pure_from_json(envelope)
+    except (LedgerError, TypeError, ValueError, RecursionError) as error:
+        return error
+
+
+def assert_builds_as_pure(envelope: Any) -> SessionEvent | None:
+    """The compiled build of *envelope* declines, or is exactly the event the pure
+    ``from_json`` builds, frozen alike; return it."""
+    built = event_builder()(envelope)
+    if built is None:
+        return None
+    expected = pure_outcome(envelope)
+    assert type(expected) is SessionEvent, (envelope, expected)
+    assert built == expected
+    fields = ("type", "seq", "time", "surface_op", "source_event_seqs", "ignorable")
+    assert [type(getattr(built, name)) for name in fields] == [
+        type(getattr(expected, name)) for name in fields
+    ]
+    assert type(built.data) is FrozenDict
+    assert built.data._shallow is True
+    assert orjson.dumps(built.to_json()) == orjson.dumps(expected.to_json())
+    return built
+
+
+envelope_values = st.sampled_from(
+    [None, True, False, 0, 1, -1, SAFE, SAFE + 1, -SAFE - 1, 2**64, 1.0, "", "x", "append",
+     "Append", "text-chunks", "session", [], [1, 2], (3,), [True], [-1], [SAFE + 1], [1.0],
+     {}, {"op": "replace", "start": 0, "end": 1}, {"a": [1, {"b": "c"}]}, {"a": -0.0},
+     {"a": "\ud800"}, [{}], Text("t"), Number(4)]
+)  # fmt: skip
+envelope_keys = st.sampled_from(
+    ["type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable", "other"]
+)
+
+
+@st.composite
+def envelopes(draw: st.DrawFn) -> Any:
+    """A stored envelope, well formed or spoilt in its keys or values."""
+    envelope: dict[str, Any] = {
+        "type": draw(st.sampled_from(["x/note", "user/message", "é"])),
+        "seq": draw(st.integers(0, SAFE)),
+        "time": draw(st.integers(-SAFE, SAFE)),
+        "data": draw(st.dictionaries(st.text(max_size=3), scalars, max_size=3)),
+    }
+    if draw(st.booleans()):
+        envelope["surfaceOp"] = "append"
+    if draw(st.booleans()):
+        envelope["sourceEventSeqs"] = draw(st.lists(st.integers(0, SAFE), max_size=4))
+    if draw(st.booleans()):
+        envelope["ignorable"] = True
+    for key in draw(st.lists(envelope_keys, max_size=2)):
+        if draw(st.booleans()):
+            envelope.pop(key, None)
+        else:
+            envelope[key] = draw(envelope_values)
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from([FrozenDict(envelope), list(envelope), Mapping(envelope)]))
+    return envelope
+
+
+@given(envelopes())
+def test_an_event_built_from_its_envelope_is_the_one_from_json_builds(envelope: Any) -> None:
+    assert_builds_as_pure(envelope)
+
+
+@given(session_logs())
+def test_every_stored_envelope_but_a_replace_takes_the_compiled_build(
+    log: list[dict[str, Any]],
+) -> None:
+    for envelope in log:
+        built = assert_builds_as_pure(orjson.loads(orjson.dumps(envelope)))
+        replace = type(envelope.get("surfaceOp")) is dict
+        assert (built is None) is replace, envelope
+
+
+def test_the_compiled_build_keeps_no_references() -> None:
+    envelope = orjson.loads(b'{"type":"x/note","seq":4,"time":5,"data":{"a":[1]},'
+                            b'"sourceEventSeqs":[1,2],"surfaceOp":"append"}')  # fmt: skip
+    build = event_builder()
+    held = [envelope["type"], envelope["data"], envelope["sourceEventSeqs"]]
+    before = [sys.getrefcount(value) for value in held]
+    for _ in range(1000):
+        assert build(envelope) is not None
+        assert build({**envelope, "seq": -1}) is None
+    assert [sys.getrefcount(value) for value in held] == before
+
+
+def test_each_envelope_field_at_each_edge_builds_as_from_json_does() -> None:
+    # Every key, absent or holding each edge value, over one well-formed envelope: a
+    # table, so that no rule is left to the luck of a draw.
+    base = {"type": "x/note", "seq": 3, "time": -4, "data": {"a": 1},
+            "surfaceOp": "append", "sourceEventSeqs": [0, 2], "ignorable": True}  # fmt: skip
+    assert assert_builds_as_pure(dict(base)) is not None
+    taken = 0
+    for key in [*base, "other"]:
+        for value in [*ENVELOPE_EDGES, base.get(key)]:
+            for envelope in ({**base, key: value}, {k: v for k, v in base.items() if k != key}):
+                taken += assert_builds_as_pure(envelope) is not None
+    assert taken > 20
+
+
+ENVELOPE_EDGES = [None, True, False, 0, 1, -1, SAFE, SAFE + 1, -SAFE, -SAFE - 1, 2**64, 1.0,
+                  "", "x", "é", "append", "Append", *sorted(RESERVED_TYPES), [], (), [1, 2],
+                  (3,), [True], [False], [-1], [SAFE], [SAFE + 1], [1.0], ["1"], [Number(1)],
+                  iter([1]), {}, {"op": "replace", "start": 0, "end": 1}, {"a": [1, {"b": "c"}]},
+                  {"a": -0.0}, {"a": float("nan")}, {"a": "\ud800"}, {1: 2}, FrozenDict(a=1),
+                  Mapping(a=1), [{}], Text("t"), Text("append"), Number(4)]  # fmt: skip

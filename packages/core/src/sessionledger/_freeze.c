@@ -760,6 +760,164 @@ parse_row(PyObject *module, PyObject *source)
     return result;
 }
 
+/* event_from_json(envelope): the common case of events.py's SessionEvent.from_json in
+   one call: an exact dict with only the envelope's keys, the four required ones present,
+   a non-empty str type that is no storage tag, a safe non-negative int seq, a safe int
+   time, a dict data the fast freeze accepts, surfaceOp absent or "append", sourceEventSeqs
+   absent or a list or tuple of safe non-negative ints, ignorable absent or true. The
+   event is built by make_event, as from_json builds it. Anything else returns None and
+   from_json decides, and says what is wrong; the tests compare both on generated
+   envelopes. */
+
+static PyObject *make_event = NULL;     /* events.make_event, set by setup_events() */
+static PyObject *reserved_types = NULL; /* RESERVED_TYPES: types a stored event cannot have */
+static PyObject *append_op = NULL;      /* events.APPEND */
+static PyObject *envelope_keys[7] = {NULL};
+static PyObject *shallow_name = NULL;   /* "_shallow": FrozenDict's proved-shallow mark */
+
+enum { KEY_TYPE, KEY_SEQ, KEY_TIME, KEY_DATA, KEY_SURFACE, KEY_SOURCES, KEY_IGNORABLE };
+
+static int
+int_within(PyObject *value, long long low, long long high)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (number == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return number >= low && number <= high;
+}
+
+/* The envelope's value for *key* (borrowed), NULL when absent; -1 in *error* on failure. */
+static PyObject *
+field(PyObject *envelope, int key, Py_ssize_t *found, int *error)
+{
+    PyObject *value = PyDict_GetItemWithError(envelope, envelope_keys[key]);
+    if (value != NULL) {
+        (*found)++;
+    }
+    else if (PyErr_Occurred()) {
+        *error = 1;
+    }
+    return value;
+}
+
+static PyObject *
+event_from_json(PyObject *module, PyObject *envelope)
+{
+    if (!ready()) {
+        return NULL;
+    }
+    if (make_event == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sessionledger._freeze.setup_events() was not called");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(envelope)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t found = 0;
+    int error = 0;
+    PyObject *type = field(envelope, KEY_TYPE, &found, &error);
+    PyObject *seq = field(envelope, KEY_SEQ, &found, &error);
+    PyObject *time = field(envelope, KEY_TIME, &found, &error);
+    PyObject *data = field(envelope, KEY_DATA, &found, &error);
+    PyObject *surface = field(envelope, KEY_SURFACE, &found, &error);
+    PyObject *sources = field(envelope, KEY_SOURCES, &found, &error);
+    PyObject *ignorable = field(envelope, KEY_IGNORABLE, &found, &error);
+    if (error) {
+        return NULL;
+    }
+    /* Every key one of the envelope's (none unknown), the required four among them. */
+    if (found != PyDict_GET_SIZE(envelope) || type == NULL || seq == NULL || time == NULL
+        || data == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (!PyUnicode_CheckExact(type) || PyUnicode_GET_LENGTH(type) == 0
+        || !int_within(seq, 0, max_safe) || !int_within(time, -max_safe, max_safe)
+        || (ignorable != NULL && ignorable != Py_True)
+        || (Py_TYPE(data) != &PyDict_Type && Py_TYPE(data) != frozen_type)) {
+        Py_RETURN_NONE;
+    }
+    int reserved = PySet_Contains(reserved_types, type);
+    if (reserved != 0) {
+        return reserved < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *op = Py_None;
+    if (surface != NULL) {
+        if (!PyUnicode_CheckExact(surface) || PyUnicode_Compare(surface, append_op) != 0) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE; /* a replace, or no op at all: from_json parses or refuses it */
+        }
+        op = append_op;
+    }
+    PyObject *seqs = NULL;
+    if (sources != NULL) {
+        if (!PyList_CheckExact(sources) && !PyTuple_CheckExact(sources)) {
+            Py_RETURN_NONE;
+        }
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(sources);
+        PyObject **items = PySequence_Fast_ITEMS(sources);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (!int_within(items[i], 0, max_safe)) {
+                Py_RETURN_NONE;
+            }
+        }
+        seqs = PyList_CheckExact(sources) ? PyList_AsTuple(sources) : Py_NewRef(sources);
+        if (seqs == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *frozen = freeze_map(data, 0);
+    if (frozen == NULL) {
+        Py_XDECREF(seqs);
+        return none_unless_error();
+    }
+    if (PyObject_SetAttr(frozen, shallow_name, Py_True) < 0) {
+        Py_DECREF(frozen);
+        Py_XDECREF(seqs);
+        return NULL;
+    }
+    PyObject *args[7] = {
+        type, seq, time, frozen, op, seqs != NULL ? seqs : Py_None,
+        ignorable != NULL ? Py_True : Py_False,
+    };
+    PyObject *event = PyObject_Vectorcall(make_event, args, 7, NULL);
+    Py_DECREF(frozen);
+    Py_XDECREF(seqs);
+    return event;
+}
+
+static PyObject *
+setup_events(PyObject *module, PyObject *args)
+{
+    PyObject *maker, *reserved, *append;
+    if (!PyArg_ParseTuple(args, "OO!U", &maker, &PyFrozenSet_Type, &reserved, &append)) {
+        return NULL;
+    }
+    static const char *const names[7] = {
+        "type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable",
+    };
+    for (int i = 0; i < 7; i++) {
+        if (envelope_keys[i] == NULL
+            && (envelope_keys[i] = PyUnicode_InternFromString(names[i])) == NULL) {
+            return NULL;
+        }
+    }
+    if (shallow_name == NULL && (shallow_name = PyUnicode_InternFromString("_shallow")) == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(make_event, Py_NewRef(maker));
+    Py_XSETREF(reserved_types, Py_NewRef(reserved));
+    Py_XSETREF(append_op, Py_NewRef(append));
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 untrack(PyObject *module, PyObject *const *objects, Py_ssize_t count)
 {
@@ -806,6 +964,10 @@ static PyMethodDef methods[] = {
     {"parse_row", parse_row, METH_O,
      "parse_row(text): a stored chunk row in the writer's exact form, decoded to (tag, seq0, "
      "turn, step, index, call id, name, joined texts, end offsets, member times), else None."},
+    {"setup_events", setup_events, METH_VARARGS,
+     "setup_events(make_event, reserved_types, append): what event_from_json builds with."},
+    {"event_from_json", event_from_json, METH_O,
+     "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},

@@ -8,7 +8,14 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal, TypeAlias, final
 
 from sessionledger.errors import EventEnvelopeError, HeaderError, JsonValueError, SurfaceError
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, brief, snapshot, string_flaw
+from sessionledger.snapshot import (
+    ACCELERATOR,
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    brief,
+    snapshot,
+    string_flaw,
+)
 from sessionledger.vocabulary import RESERVED_TYPES
 
 __all__ = [
@@ -250,54 +257,75 @@ class SessionEvent(_EventFields):
         surface metadata and ``JsonValueError`` for a non-JSON ``data``. Rules that need
         the log (contiguity, provenance) run when the event joins a session.
         """
-        if type(obj) is not dict and type(obj) is not FrozenDict:
-            raise EventEnvelopeError(
-                f"event envelope must be a JSON object, got {type(obj).__qualname__}"
-            )
-        envelope: Mapping[str, Any] = obj
-        if not envelope.keys() <= _ENVELOPE_KEYS:
-            extra = sorted(str(k) for k in envelope.keys() - _ENVELOPE_KEYS)
-            raise EventEnvelopeError(f"event envelope has unknown keys {extra}")
-        for key in _REQUIRED_KEYS:
-            if key not in envelope:
-                raise EventEnvelopeError(f"event envelope lacks {key!r}")
-        type_ = envelope["type"]
-        seq = envelope["seq"]
-        if type(type_) is not str or not type_ or type_ in RESERVED_TYPES:
-            raise EventEnvelopeError(
-                "event type must be a non-empty string that is not a storage tag, "
-                f"got {brief(type_)}"
-            )
-        if not _is_seq(seq):
-            raise EventEnvelopeError(f"event seq must be a non-negative integer, got {brief(seq)}")
-        time = envelope["time"]
-        if not _is_time(time):
-            raise EventEnvelopeError(
-                f"event time must be an integer within ±(2**53 - 1), got {brief(time)}", seq=seq
-            )
-        ignorable = envelope.get("ignorable", False)
-        if "ignorable" in envelope and ignorable is not True:
-            raise EventEnvelopeError(
-                f"event ignorable must be true when present, got {brief(ignorable)}", seq=seq
-            )
-        try:
-            surface_op = parse_surface_op(envelope.get("surfaceOp"))
-            if "surfaceOp" in envelope and surface_op is None:
-                raise SurfaceError("surfaceOp must not be null", code="BAD_SURFACE_OP")
-            sources = parse_source_event_seqs(envelope.get("sourceEventSeqs"))
-            if "sourceEventSeqs" in envelope and sources is None:
-                raise SurfaceError("sourceEventSeqs must not be null", code="BAD_SOURCES")
-        except SurfaceError as error:
-            error.seq = seq
-            raise
-        data = snapshot(envelope["data"], "data")
-        return make_event(type_, seq, time, data, surface_op, sources, ignorable)
+        if _compiled_from_json is not None and (event := _compiled_from_json(obj)) is not None:
+            return event  # the common envelope, checked and frozen in one compiled call
+        return pure_from_json(obj)
+
+
+def pure_from_json(obj: object) -> SessionEvent:
+    """``SessionEvent.from_json`` in Python alone: the rules themselves, and the form that
+    says what is wrong. Its compiled common case decides as it does (the tests compare
+    them on generated envelopes)."""
+    if type(obj) is not dict and type(obj) is not FrozenDict:
+        raise EventEnvelopeError(
+            f"event envelope must be a JSON object, got {type(obj).__qualname__}"
+        )
+    envelope: Mapping[str, Any] = obj
+    if not envelope.keys() <= _ENVELOPE_KEYS:
+        extra = sorted(str(k) for k in envelope.keys() - _ENVELOPE_KEYS)
+        raise EventEnvelopeError(f"event envelope has unknown keys {extra}")
+    for key in _REQUIRED_KEYS:
+        if key not in envelope:
+            raise EventEnvelopeError(f"event envelope lacks {key!r}")
+    type_ = envelope["type"]
+    seq = envelope["seq"]
+    if type(type_) is not str or not type_ or type_ in RESERVED_TYPES:
+        raise EventEnvelopeError(
+            f"event type must be a non-empty string that is not a storage tag, got {brief(type_)}"
+        )
+    if not _is_seq(seq):
+        raise EventEnvelopeError(f"event seq must be a non-negative integer, got {brief(seq)}")
+    time = envelope["time"]
+    if not _is_time(time):
+        raise EventEnvelopeError(
+            f"event time must be an integer within ±(2**53 - 1), got {brief(time)}", seq=seq
+        )
+    ignorable = envelope.get("ignorable", False)
+    if "ignorable" in envelope and ignorable is not True:
+        raise EventEnvelopeError(
+            f"event ignorable must be true when present, got {brief(ignorable)}", seq=seq
+        )
+    try:
+        surface_op = parse_surface_op(envelope.get("surfaceOp"))
+        if "surfaceOp" in envelope and surface_op is None:
+            raise SurfaceError("surfaceOp must not be null", code="BAD_SURFACE_OP")
+        sources = parse_source_event_seqs(envelope.get("sourceEventSeqs"))
+        if "sourceEventSeqs" in envelope and sources is None:
+            raise SurfaceError("sourceEventSeqs must not be null", code="BAD_SOURCES")
+    except SurfaceError as error:
+        error.seq = seq
+        raise
+    data = snapshot(envelope["data"], "data")
+    return make_event(type_, seq, time, data, surface_op, sources, ignorable)
 
 
 #: Build an event without validation (the library's fast path; see SessionEvent).
 make_event: Callable[
     [str, int, int, Any, SurfaceOp | None, tuple[int, ...] | None, bool], SessionEvent
 ] = _EventFields  # type: ignore[assignment]
+
+
+def _from_json_compiled() -> Callable[[object], SessionEvent | None] | None:
+    """The compiled common case of ``from_json`` where the accelerator runs: it builds
+    the event ``pure_from_json`` would, or returns None and leaves the envelope to it."""
+    if ACCELERATOR is None:
+        return None
+    ACCELERATOR.setup_events(make_event, RESERVED_TYPES, APPEND)
+    compiled: Callable[[object], SessionEvent | None] = ACCELERATOR.event_from_json
+    return compiled
+
+
+_compiled_from_json: Final = _from_json_compiled()
 
 
 def _is_absolute(path: str) -> bool:
