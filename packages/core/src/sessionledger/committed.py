@@ -287,9 +287,8 @@ class _Decoder:
                 if self.expected is None:
                     self.expected = decoded.seq0
                 if decoded.seq0 != self.expected:
-                    where = record.label if batch is None else f"{record.label} ({batch.label})"
                     raise self.damaged(
-                        where,
+                        _where(record, batch),
                         f"seq gap (expected {self.expected}, got {decoded.seq0})",
                         record.line,
                     )
@@ -300,20 +299,32 @@ class _Decoder:
                     events.extend(decoded.members(decoded.seq0, decoded.seq0 + count))
                 self.expected += count
                 continue
-            where = record.label if batch is None else f"{record.label} ({batch.label})"
-            if isinstance(decoded, str):
-                raise self.damaged(where, decoded, record.line)
+            if type(decoded) is str:
+                raise self.damaged(_where(record, batch), decoded, record.line)
             if not decoded:
                 continue
             if self.expected is None:
                 self.expected = decoded[0].seq
-            if any(event.seq != self.expected + offset for offset, event in enumerate(decoded)):
+            if decoded[0].seq != self.expected or (
+                len(decoded) > 1
+                and any(event.seq != self.expected + k for k, event in enumerate(decoded))
+            ):
                 raise self.damaged(
-                    where, f"seq gap (expected {self.expected}, got {decoded[0].seq})", record.line
+                    _where(record, batch),
+                    f"seq gap (expected {self.expected}, got {decoded[0].seq})",
+                    record.line,
                 )
-            events.extend(decoded)
+            if len(decoded) == 1:
+                events.append(decoded[0])
+            else:
+                events.extend(decoded)
             self.expected += len(decoded)
         return events
+
+
+def _where(record: RawRecord, batch: RawBatch | None) -> str:
+    """Where a damaged record is, for the error: its label, and its batch's."""
+    return record.label if batch is None else f"{record.label} ({batch.label})"
 
 
 #: What a released record becomes: its value is gone, its place is kept.
