@@ -299,7 +299,7 @@ class _Decoder:
                     events.extend(decoded.members(decoded.seq0, decoded.seq0 + count))
                 self.expected += count
                 continue
-            if type(decoded) is str:
+            if isinstance(decoded, str):
                 raise self.damaged(_where(record, batch), decoded, record.line)
             if not decoded:
                 continue
