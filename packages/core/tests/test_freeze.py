@@ -23,12 +23,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
-from sessionledger.chunks import ROW_TYPES, pure_pack_run, run_from_text, unpack_to_log
-from sessionledger.errors import LedgerError
-from sessionledger.eventlog import ChunkRun
-from sessionledger.events import APPEND, SessionEvent, make_event, pure_from_json
-from sessionledger.logstore import UNPARSABLE, parse_json
+from sessionledger import FrozenDict, JsonValueError, jsoncodec, snapshot, thaw
+from sessionledger.chunks import (
+    ROW_TYPES,
+    pack_chunk_runs,
+    pure_pack_run,
+    run_from_text,
+    run_of_parsed_row,
+    unpack_to_log,
+)
+from sessionledger.committed import scan_log
+from sessionledger.errors import CorruptLogError, LedgerError
+from sessionledger.eventlog import ChunkRun, EventLog
+from sessionledger.events import APPEND, SessionEvent, SessionHeader, make_event, pure_from_json
+from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
 from sessionledger.vocabulary import RESERVED_TYPES
 
@@ -722,3 +730,169 @@ ENVELOPE_EDGES = [None, True, False, 0, 1, -1, SAFE, SAFE + 1, -SAFE, -SAFE - 1,
                   iter([1]), {}, {"op": "replace", "start": 0, "end": 1}, {"a": [1, {"b": "c"}]},
                   {"a": -0.0}, {"a": float("nan")}, {"a": "\ud800"}, {1: 2}, FrozenDict(a=1),
                   Mapping(a=1), [{}], Text("t"), Text("append"), Number(4)]  # fmt: skip
+
+
+# -- the decode loop's common case (committed._decode_common, the compiled decode_records) --
+
+committed_module = importlib.import_module("sessionledger.committed")
+LOG_HEADER = SessionHeader(id="s", created_at=0).to_json()
+
+
+def scan_outcome(records: list[RawRecord], *, common: bool) -> Any:
+    """What a load makes of *records* with or without the compiled common case: every
+    event as stored, or the error it raises."""
+    saved = committed_module._decode_common
+    committed_module._decode_common = saved if common else None
+    try:
+        raw = RawLog(LOG_HEADER, list(records), "r")
+        scanned = scan_log("s", raw, contiguous_from=0)
+    except CorruptLogError as error:
+        return f"{error}"
+    finally:
+        committed_module._decode_common = saved
+    assert type(scanned.events) is EventLog
+    return [orjson.dumps(event.to_json()) for event in scanned.events]
+
+
+def written(log: list[dict[str, Any]]) -> list[bytes]:
+    """The storage records of *log* as the writer writes them, rows packed (small caps,
+    so several rows)."""
+    return [jsoncodec.dumps(record) for record in pack_chunk_runs(log, 5, None)]
+
+
+def spoilt(text: bytes, how: str) -> RawRecord:
+    """One record of *text*, spoilt as *how* says (or kept, "text")."""
+    value = orjson.loads(text)
+    if how == "parsed":  # handed over parsed, as a store without text does
+        return RawRecord(value, 0, "line x")
+    if how == "gap":
+        key = "seq0" if "seq0" in value else "seq"
+        value[key] += 1
+    elif how == "back":
+        key = "seq0" if "seq0" in value else "seq"
+        value[key] = max(0, value[key] - 1)
+    elif how == "other key":
+        value["other"] = 1
+    elif how == "row tag":
+        value["type"] = "text-chunks"
+    elif how == "negative":
+        value["time" if "time" in value else "time0"] = -(2**53)  # just past the safe range
+    spoilt_text = {
+        "text": text,
+        "spaced": b"{ " + text[1:],
+        "not json": b'{"type":"x/note",',
+        "empty": b"",
+        "trailing": text + b" x",
+    }.get(how, orjson.dumps(value))
+    return RawRecord.of_text(memoryview(spoilt_text), 0, "line x")
+
+
+SPOILERS = ["text", "parsed", "gap", "back", "other key", "row tag", "negative", "spaced",
+            "not json", "empty", "trailing"]  # fmt: skip
+
+
+@given(session_logs(), st.lists(st.tuples(st.integers(0, 200), st.sampled_from(SPOILERS))))
+def test_the_compiled_decode_loop_takes_a_log_as_the_rules_take_it(
+    log: list[dict[str, Any]], spoils: list[tuple[int, str]]
+) -> None:
+    compiled()
+    texts = written(log)
+    ways = ["text"] * len(texts)
+    for at, how in spoils:
+        ways[at % len(texts)] = how
+    records = [spoilt(text, how) for text, how in zip(texts, ways, strict=True)]
+    fast = scan_outcome(records, common=True)
+    assert fast == scan_outcome(records, common=False)
+    if set(ways) == {"text"}:
+        assert fast == [orjson.dumps(envelope) for envelope in log]
+
+
+def small_log(notes: int, deltas: int) -> list[dict[str, Any]]:
+    """*notes* events, then *deltas* text deltas of one block, then *notes* events again."""
+
+    def note(seq: int) -> dict[str, Any]:
+        return {"type": "x/note", "seq": seq, "time": seq, "data": {"n": seq}}
+
+    def delta(seq: int) -> dict[str, Any]:
+        chunk = {"type": "text-delta", "index": 0, "text": f"d{seq}"}
+        return {"type": "assistant/chunk", "seq": seq, "time": seq,
+                "data": {"turn": 1, "step": 1, "chunk": chunk}}  # fmt: skip
+
+    end = notes + deltas
+    return [
+        *map(note, range(notes)),
+        *map(delta, range(notes, end)),
+        *map(note, range(end, end + notes)),
+    ]
+
+
+def test_each_spoilt_record_at_each_place_is_taken_as_the_rules_take_it() -> None:
+    # A table, rows and events alike: no record kind is left to the luck of a draw.
+    compiled()
+    texts = written(small_log(3, 13))  # 3 notes, rows of 5, 5 and 3 deltas, 3 notes
+    assert len(texts) == 9
+    for at in range(len(texts)):
+        for how in SPOILERS:
+            records = [spoilt(text, how if k == at else "text") for k, text in enumerate(texts)]
+            fast = scan_outcome(records, common=True)
+            assert fast == scan_outcome(records, common=False), (at, how)
+
+
+def test_the_rules_see_no_record_of_a_written_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A load from seq 0 knows the first seq to expect: the compiled loop takes them all.
+    compiled()
+    if not snapshot_module.ACCELERATED:
+        pytest.skip("the pure-Python run decodes every record by the rules")
+    log = small_log(15, 30)
+    records = [RawRecord.of_text(text, 0, "line x") for text in written(log)]
+    seen: list[RawRecord] = []
+    ordinary = committed_module._decode
+
+    def counted(record: RawRecord, **options: Any) -> Any:
+        seen.append(record)
+        return ordinary(record, **options)
+
+    monkeypatch.setattr(committed_module, "_decode", counted)
+    assert scan_outcome(records, common=True) == [orjson.dumps(event) for event in log]
+    assert seen == []
+    assert len(records) == 36  # the deltas are in rows
+
+
+def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> None:
+    freeze = compiled()
+    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    row = text_row()  # seqs 4 and 5
+    text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}'
+    records = [RawRecord.of_text(row, 0, "line 2"), RawRecord.of_text(text, 0, "line 3")]
+    held = [text, row, *records]
+    before = [sys.getrefcount(value) for value in held]
+
+    def four_events() -> EventLog:
+        log = EventLog()
+        log.extend(SessionEvent("x/note", seq, 0, {}) for seq in range(4))
+        return log
+
+    for _ in range(300):
+        log = four_events()
+        steps = (run_of_parsed_row, log.add_run, log.append, orjson.loads)
+        assert freeze.decode_records(records, 0, 5, *steps) == (0, 5)  # the row is at 4
+        assert freeze.decode_records(records, 0, 4, *steps) == (2, 7)
+        assert [event.seq for event in log] == list(range(7))
+        assert freeze.decode_records(records, 2, 7, *steps) == (2, 7)
+    assert [sys.getrefcount(value) for value in held] == before
+
+    def refuse(_: Any) -> None:
+        raise RuntimeError("refused")
+
+    log = four_events()
+    with pytest.raises(RuntimeError, match="refused"):
+        freeze.decode_records(records, 0, 4, run_of_parsed_row, refuse, log.append, orjson.loads)
+    with pytest.raises(RuntimeError, match="refused"):
+        freeze.decode_records(records, 1, 6, refuse, refuse, refuse, orjson.loads)
+    with pytest.raises(TypeError):
+        freeze.decode_records(tuple(records), 0, 4, *steps)
+    with pytest.raises(ValueError):
+        freeze.decode_records(records, -1, 4, *steps)
+    assert freeze.decode_records([RawRecord({}, 0, "x")], 0, 0, *steps) == (0, 0)

@@ -806,16 +806,23 @@ field(PyObject *envelope, int key, Py_ssize_t *found, int *error)
     return value;
 }
 
-static PyObject *
-event_from_json(PyObject *module, PyObject *envelope)
+static int
+events_ready(void)
 {
     if (!ready()) {
-        return NULL;
+        return 0;
     }
     if (make_event == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "sessionledger._freeze.setup_events() was not called");
-        return NULL;
+        return 0;
     }
+    return 1;
+}
+
+/* The body of event_from_json, once both setups ran. */
+static PyObject *
+event_of(PyObject *envelope)
+{
     if (!PyDict_CheckExact(envelope)) {
         Py_RETURN_NONE;
     }
@@ -894,6 +901,151 @@ event_from_json(PyObject *module, PyObject *envelope)
 }
 
 static PyObject *
+event_from_json(PyObject *module, PyObject *envelope)
+{
+    return events_ready() ? event_of(envelope) : NULL;
+}
+
+/* decode_records(records, start, expected, make_run, add_run, append, loads): the common
+   case of committed.py's decode loop, with no Python frame per record. From
+   records[start] on (a list of RawRecord), while a record is JSON text (its text is not
+   None) that parse_row takes, or that loads parses to an envelope event_from_json takes,
+   and its first seq is *expected*: a row becomes make_run(parse_row's tuple), given to
+   add_run; an event is given to append. It stops at the first record that is not such
+   and returns (its index, the seq expected there); the caller's rules take that record,
+   and say what is wrong with it, so what a load accepts does not depend on this. */
+
+static PyObject *text_name = NULL; /* "text": RawRecord.text */
+
+/* Decode one record's *text*: 1 when it was taken (*expected* moved on), 0 when it is
+   left to the caller, -1 with an exception set. */
+static int
+decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *add_run,
+            PyObject *append, PyObject *loads)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *parsed = NULL;
+    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, &parsed);
+    row_parts_free(&parts);
+    PyBuffer_Release(&view);
+    if (found < 0) {
+        return -1;
+    }
+    PyObject *done;
+    if (found > 0) {
+        long long seq0 = PyLong_AsLongLong(PyTuple_GET_ITEM(parsed, 1));
+        Py_ssize_t members = PyObject_Length(PyTuple_GET_ITEM(parsed, 9)); /* the times */
+        if (members < 0 || (seq0 == -1 && PyErr_Occurred())) {
+            Py_DECREF(parsed);
+            return -1;
+        }
+        if (seq0 != *expected) {
+            Py_DECREF(parsed);
+            return 0;
+        }
+        PyObject *run = PyObject_CallOneArg(make_run, parsed);
+        Py_DECREF(parsed);
+        if (run == NULL) {
+            return -1;
+        }
+        done = PyObject_CallOneArg(add_run, run);
+        Py_DECREF(run);
+        if (done == NULL) {
+            return -1;
+        }
+        Py_DECREF(done);
+        *expected += members;
+        return 1;
+    }
+    PyObject *envelope = PyObject_CallOneArg(loads, text);
+    if (envelope == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
+            return -1;
+        }
+        PyErr_Clear(); /* not JSON, or nested deeper than loads reads: the caller's */
+        return 0;
+    }
+    PyObject *event = event_of(envelope);
+    if (event == NULL || event == Py_None) {
+        Py_DECREF(envelope);
+        Py_XDECREF(event);
+        return event == NULL ? -1 : 0;
+    }
+    /* event_of took it, so it holds a seq, a safe int */
+    PyObject *stated = PyDict_GetItemWithError(envelope, envelope_keys[KEY_SEQ]);
+    long long seq = stated != NULL ? PyLong_AsLongLong(stated) : -1;
+    Py_DECREF(envelope);
+    if (seq < 0) {
+        Py_DECREF(event);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (seq != *expected) {
+        Py_DECREF(event);
+        return 0;
+    }
+    done = PyObject_CallOneArg(append, event);
+    Py_DECREF(event);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    *expected += 1;
+    return 1;
+}
+
+static PyObject *
+decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_records(list, start, expected, make_run, "
+                                         "add_run, append, loads)");
+        return NULL;
+    }
+    if (!events_ready()) {
+        return NULL;
+    }
+    if (text_name == NULL && (text_name = PyUnicode_InternFromString("text")) == NULL) {
+        return NULL;
+    }
+    PyObject *records = args[0];
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    long long expected = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index < 0 || expected < 0 || expected > max_safe) {
+        PyErr_SetString(PyExc_ValueError, "decode_records: start and expected must be >= 0");
+        return NULL;
+    }
+    /* The list is read afresh each time: a callback could, in principle, change it. */
+    while (index < PyList_GET_SIZE(records)) {
+        PyObject *record = Py_NewRef(PyList_GET_ITEM(records, index));
+        PyObject *text = PyObject_GetAttr(record, text_name);
+        Py_DECREF(record);
+        if (text == NULL) {
+            return NULL;
+        }
+        int taken = text == Py_None
+                        ? 0
+                        : decode_text(text, &expected, args[3], args[4], args[5], args[6]);
+        Py_DECREF(text);
+        if (taken < 0) {
+            return NULL;
+        }
+        if (taken == 0) {
+            break;
+        }
+        index++;
+    }
+    return Py_BuildValue("(nL)", index, expected);
+}
+
+static PyObject *
 setup_events(PyObject *module, PyObject *args)
 {
     PyObject *maker, *reserved, *append;
@@ -968,6 +1120,10 @@ static PyMethodDef methods[] = {
      "setup_events(make_event, reserved_types, append): what event_from_json builds with."},
     {"event_from_json", event_from_json, METH_O,
      "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
+     "decode_records(records, start, expected, make_run, add_run, append, loads): take "
+     "the records from start on while each is a row or an envelope of the common form whose "
+     "seq is expected; return (where it stopped, the seq expected there)."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},

@@ -216,8 +216,11 @@ def run_from_text(text: bytes | memoryview) -> ChunkRun | None:
     caller parses the text and takes ``unpack_to_log``, which decides the same. One pass
     in C, with no string per member: most of a cold load's records are such rows."""
     parsed = ACCELERATOR.parse_row(text) if ACCELERATOR is not None else None
-    if parsed is None:
-        return None
+    return None if parsed is None else run_of_parsed_row(parsed)
+
+
+def run_of_parsed_row(parsed: tuple[Any, ...]) -> ChunkRun:
+    """The ``ChunkRun`` of a row the compiled ``parse_row`` decoded (its tuple)."""
     tag, seq0, turn, step, index, call_id, name, joined, ends, times = parsed
     fields = (_ROW_KINDS[tag][0], turn, step, index, call_id, name, "")
     return ChunkRun.packed(fields, seq0, times, joined, ends)

@@ -13,7 +13,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final, overload
 
-from sessionledger.chunks import run_from_text, unpack_events, unpack_to_log
+import orjson
+
+from sessionledger.chunks import run_from_text, run_of_parsed_row, unpack_events, unpack_to_log
 from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
@@ -24,6 +26,7 @@ from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
 from sessionledger.registry import EventTypeRegistry, unknown_type_in_log
+from sessionledger.snapshot import ACCELERATOR
 
 __all__ = [
     "Salvage",
@@ -281,7 +284,23 @@ class _Decoder:
     ) -> EventLog | list[SessionEvent]:
         """Take *records*, or raise ``CorruptLogError`` at the first that is damaged."""
         events = self.events
-        for record in records:
+        common = _decode_common
+        if common is not None and type(events) is EventLog and type(records) is list:
+            steps = (run_of_parsed_row, events.add_run, events.append, orjson.loads)
+        else:
+            common = None
+        index, total = 0, len(records)
+        while index < total:
+            if common is not None and self.expected is not None:
+                # The common records in one compiled call; the record it stops at (or
+                # the first, which sets the seqs to expect) takes the rules below.
+                index, self.expected = common(records, index, self.expected, *steps)
+                if index == total:
+                    break
+            record = records[index]
+            index += 1
+            if record.text is None:
+                common = None  # a store that hands records over parsed: the rules alone
             decoded = _decode(record, packed=True)
             if type(decoded) is ChunkRun:
                 if self.expected is None:
@@ -329,6 +348,12 @@ def _where(record: RawRecord, batch: RawBatch | None) -> str:
 
 #: What a released record becomes: its value is gone, its place is kept.
 _RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
+
+#: The decode loop's common case in one compiled call, where the accelerator runs: from a
+#: given record on, it takes the rows and envelopes in the writer's form whose seqs
+#: continue, exactly as ``_decode`` and the loop would take them, and stops at the first
+#: other record, for the rules to take (the tests compare both on generated logs).
+_decode_common = ACCELERATOR.decode_records if ACCELERATOR is not None else None
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
