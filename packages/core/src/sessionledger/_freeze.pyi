@@ -20,4 +20,14 @@ def decode_records(
     append: Any,
     loads: Any,
 ) -> tuple[int, int]: ...
+def text_records(
+    cls: type[Any],
+    build: Any,
+    unparsable: Any,
+    data: bytes,
+    start: int,
+    stop: int,
+    first_line: int,
+    begins: bytes,
+) -> list[Any]: ...
 def untrack(*objects: object) -> None: ...

@@ -185,74 +185,115 @@ def split_batches(
     lines after the last commit record, a partial last line included: the last,
     incomplete batch.
     """
-    records: list[RawRecord] = []
-    batches: list[RawBatch] = []
-    view = memoryview(data)
-    header_crcs = _header_crcs(view, body)  # the first batch's checksum covers the header
+    split = _Split(data, body)
     # Lines are parsed in place (views of *data*): a copy of a large log, and another
     # split into lines, would double a cold load's peak memory for nothing.
-    ends = _line_ends(data, body)
-    tail = len(data) > (ends[-1] + 1 if ends else body)  # a torn fragment after the last
-    position = start = body
-    first_record = 0
-    first_line = 2
-    # A line that begins as a record does cannot be a commit record: it is kept unparsed,
-    # for the decode to parse when it reaches it (RawRecord.of_text), so a log's parsed
-    # form is never whole in memory.
-    of_text = RawRecord.of_text
-    begins = data.startswith
-    for number, end_at in enumerate(ends, start=2):
-        line = view[position:end_at]
-        if begins(_RECORD_START, position, end_at):
-            records.append(of_text(line, position, f"line {number}", number))
-            position += len(line) + 1
-            continue
+    limit = max(data.rfind(b"\n") + 1, body)  # after the last complete line
+    position, number = body, 2
+    records, find = split.records, data.find
+    while position < limit:
+        # The lines from here that begin as every record line does, in one step: none of
+        # them can be a commit record, and each is kept unparsed (RawRecord.of_lines), for
+        # the decode to parse when it reaches it, so a log's parsed form is never whole in
+        # memory.
+        taken = RawRecord.of_lines(data, position, limit, number, _RECORD_START)
+        if taken:
+            records.extend(taken)
+            position = find(b"\n", taken[-1].position) + 1
+            number += len(taken)
+        if position < limit:  # a line that begins otherwise: a commit record, or damage
+            end_at = find(b"\n", position)
+            split.line(position, end_at, number)
+            position, number = end_at + 1, number + 1
+    return split.finish(limit, number)
+
+
+class _Split:
+    """The state of ``split_batches`` as it goes, line by line."""
+
+    __slots__ = (
+        "batches",
+        "body",
+        "data",
+        "first_line",
+        "first_record",
+        "header_crcs",
+        "records",
+        "start",
+        "view",
+    )
+
+    def __init__(self, data: bytes, body: int) -> None:
+        self.data = data
+        self.body = body
+        self.view = memoryview(data)
+        self.header_crcs = _header_crcs(self.view, body)  # the first batch's covers it
+        self.records: list[RawRecord] = []
+        self.batches: list[RawBatch] = []
+        self.start = body  # where the current batch begins
+        self.first_record = 0
+        self.first_line = 2
+
+    def line(self, position: int, end_at: int, number: int) -> None:
+        """Take the complete line ``data[position:end_at]``, line *number* of the file, one
+        that does not begin as a record line does: a commit record, or damage."""
+        records, batches = self.records, self.batches
+        line = self.view[position:end_at]
         value = parse_line(line)
         fields = _commit_fields(value)
         if fields is None:
             records.append(RawRecord(value, position, f"line {number}", number))
-            position += len(line) + 1
-            continue
+            return
+        first_record = self.first_record
         pending = len(records) - first_record
         counted = fields.get("records")
         ours = counted if type(counted) is int and 0 <= counted <= pending else pending
         split = len(records) - ours  # where the lines this commit record counts begin
         begin = records[split].position if ours else position
         # Only a batch that starts right after the header has it in its checksum.
-        problem, first, end = _checked(
-            fields, ours, view[begin:position], header_crcs, begin == body
-        )
+        view, crcs = self.view, self.header_crcs
+        problem, first, end = _checked(fields, ours, view[begin:position], crcs, begin == self.body)
         if problem is None and split > first_record:
             # Lines no commit record accounts for, before an intact batch: damage.
-            label = f"lines {first_line}-{records[split - 1].line}"
+            label = f"lines {self.first_line}-{records[split - 1].line}"
             batches.append(
-                RawBatch(first_record, split, start, label, "lines no batch holds", line=first_line)
-            )
-            first_record, start, first_line = split, begin, records[split].line or first_line
+                RawBatch(
+                    first_record, split, self.start, label, "lines no batch holds",
+                    line=self.first_line,
+                )
+            )  # fmt: skip
+            self.first_record, self.start = split, begin
+            self.first_line = records[split].line or self.first_line
         elif problem is not None:
-            split, begin = first_record, start
+            split, begin = self.first_record, self.start
             problem, first, end = _checked(
-                fields, pending, view[start:position], header_crcs, not batches
+                fields, pending, view[self.start : position], crcs, not batches
             )
-        label = f"batch {len(batches) + 1} (lines {first_line}-{number})"
-        batches.append(RawBatch(split, len(records), begin, label, problem, first, end, first_line))
-        position += len(line) + 1
-        start, first_record, first_line = position, len(records), number + 1
-    if tail:
-        records.append(RawRecord(UNPARSABLE, position, f"line {len(ends) + 2}", len(ends) + 2))
-    if first_record < len(records):
-        label = f"batch {len(batches) + 1} (from line {first_line})"
+        label = f"batch {len(batches) + 1} (lines {self.first_line}-{number})"
         batches.append(
-            RawBatch(
-                first_record,
-                len(records),
-                start,
-                label,
-                "incomplete: no commit record",
-                line=first_line,
-            )
+            RawBatch(split, len(records), begin, label, problem, first, end, self.first_line)
         )
-    return records, batches
+        self.start, self.first_record, self.first_line = end_at + 1, len(records), number + 1
+
+    def finish(self, limit: int, number: int) -> tuple[list[RawRecord], list[RawBatch]]:
+        """Take what follows the last complete line (*limit*, line *number*) and return the
+        records and batches."""
+        records, batches = self.records, self.batches
+        if len(self.data) > limit:  # a torn fragment after the last complete line
+            records.append(RawRecord(UNPARSABLE, limit, f"line {number}", number))
+        if self.first_record < len(records):
+            label = f"batch {len(batches) + 1} (from line {self.first_line})"
+            batches.append(
+                RawBatch(
+                    self.first_record,
+                    len(records),
+                    self.start,
+                    label,
+                    "incomplete: no commit record",
+                    line=self.first_line,
+                )
+            )
+        return records, batches
 
 
 def _header_crcs(view: memoryview, body: int) -> tuple[int, int | None]:
@@ -289,17 +330,6 @@ def _checked(
         if again[0] is None:
             return again
     return found
-
-
-def _line_ends(data: bytes, body: int) -> list[int]:
-    """Return where each complete line after *body* ends (the offset of its newline)."""
-    ends = []
-    find = data.find
-    at = find(b"\n", body)
-    while at >= 0:
-        ends.append(at)
-        at = find(b"\n", at + 1)
-    return ends
 
 
 def committed_end(last_line: bytes) -> int | None:

@@ -1,0 +1,166 @@
+"""``split_batches`` takes the record lines of a log in runs (``RawRecord.of_lines``); it
+must split any bytes, damaged or not, exactly as a walk of the file line by line does."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sessionledger import SessionHeader
+from sessionledger.chunks import pack_chunk_runs
+from sessionledger.logstore import RawRecord
+from sessionledger.testing.strategies import session_logs
+from sessionledger_jsonl._format import (
+    _RECORD_START,
+    _Split,
+    frame_batch,
+    header_line,
+    split_batches,
+)
+
+logstore = importlib.import_module("sessionledger.logstore")
+
+
+def line_by_line(data: bytes, body: int) -> tuple[list[RawRecord], list[Any]]:
+    """The split as the format describes it: each line in turn, a record line kept as
+    text, any other parsed (a commit record, or damage)."""
+    split = _Split(data, body)
+    limit = max(data.rfind(b"\n") + 1, body)
+    position, number = body, 2
+    while position < limit:
+        end_at = data.find(b"\n", position)
+        if data.startswith(_RECORD_START, position, end_at):
+            text = memoryview(data)[position:end_at]
+            split.records.append(RawRecord.of_text(text, position, f"line {number}", number))
+        else:
+            split.line(position, end_at, number)
+        position, number = end_at + 1, number + 1
+    return split.finish(limit, number)
+
+
+def seen(records: list[RawRecord]) -> list[tuple[Any, ...]]:
+    """Everything a reader can see of *records*."""
+    return [
+        (
+            record.position,
+            record.label,
+            record.line,
+            None if record.text is None else bytes(record.text),
+            orjson.dumps(record.value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+            if record.value is not logstore.UNPARSABLE
+            else "unparsable",
+        )
+        for record in records
+    ]
+
+
+def assert_splits_alike(data: bytes) -> None:
+    body = data.index(b"\n") + 1
+    records, batches = split_batches(data, body)
+    walked_records, walked_batches = line_by_line(data, body)
+    assert seen(records) == seen(walked_records)
+    assert batches == walked_batches
+    compiled = logstore._text_records
+    if compiled is not None:  # and the pure runs of lines alike
+        logstore._text_records = None
+        try:
+            pure_records, pure_batches = split_batches(data, body)
+        finally:
+            logstore._text_records = compiled
+        assert seen(pure_records) == seen(records)
+        assert pure_batches == batches
+
+
+def written_log(log: list[dict[str, Any]], batch_size: int) -> bytes:
+    """The bytes a writer writes for *log*, in batches of *batch_size* events."""
+    first = header_line(SessionHeader(id="s", created_at=0), "token")
+    data = first
+    for start in range(0, len(log), batch_size):
+        events = log[start : start + batch_size]
+        records = pack_chunk_runs(events, 5, None)
+        covered = first if start == 0 else b""
+        data += frame_batch(records, start, start + len(events), covered=covered)
+    return data
+
+
+fragments = st.sampled_from(
+    [b"\n", b'{"type":', b'{"commit":', b'{"commit":{"first":0}}', b"{", b"}", b" ", b"x",
+     b'\n{"type":"x/note","seq":0,"time":0,"data":{}}\n', b'{"type"', b"\r\n", b"\x00"]
+)  # fmt: skip
+
+
+@st.composite
+def damaged_logs(draw: st.DrawFn) -> bytes:
+    """A written log, then cut, spliced, duplicated or overwritten in a few places."""
+    data = written_log(draw(session_logs()), draw(st.integers(1, 12)))
+    body = data.index(b"\n") + 1
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(body, len(data)))
+        how = draw(st.sampled_from(["insert", "delete", "cut", "duplicate", "overwrite"]))
+        if how == "insert":
+            data = data[:at] + draw(fragments) + data[at:]
+        elif how == "delete":
+            data = data[:at] + data[at + draw(st.integers(1, 40)) :]
+        elif how == "cut":
+            data = data[:at]
+        elif how == "duplicate":
+            end = data.find(b"\n", at) + 1 or len(data)
+            data = data[:end] + data[at:end] + data[end:]
+        else:
+            piece = draw(fragments)
+            data = data[:at] + piece + data[at + len(piece) :]
+    return data
+
+
+@given(damaged_logs())
+def test_a_log_splits_as_a_walk_line_by_line_splits_it(data: bytes) -> None:
+    assert_splits_alike(data)
+
+
+@given(session_logs(), st.integers(1, 12))
+def test_a_written_log_splits_into_intact_batches_of_text_records(
+    log: list[dict[str, Any]], batch_size: int
+) -> None:
+    data = written_log(log, batch_size)
+    assert_splits_alike(data)
+    records, batches = split_batches(data, data.index(b"\n") + 1)
+    assert all(batch.problem is None for batch in batches)
+    assert all(record.text is not None for record in records)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"", b"\n", b"\n\n", b'{"type":', b'{"type":"x"}\n', b'{"commit":{}}\n', b"{}\n{}",
+     b'\n{"type":"x/note"}\n{"commit":', b' {"type":"x"}\n', b"{\"type\":\n"]
+)  # fmt: skip
+def test_the_edges_of_a_run_of_record_lines_split_alike(tail: bytes) -> None:
+    # Empty lines, a record start cut short, a commit record alone, a torn last line.
+    log = [{"type": "x/note", "seq": seq, "time": 0, "data": {}} for seq in range(4)]
+    data = written_log(log, 2)
+    assert_splits_alike(data + tail)
+    assert_splits_alike(data[: data.index(b"\n") + 1] + tail)
+
+
+def test_of_lines_stops_at_the_first_line_that_begins_otherwise() -> None:
+    data = b'{"type":1}\n{"type":2}\n{"commit":3}\n{"type":4}\n'
+    for compiled in (logstore._text_records, None):
+        saved = logstore._text_records
+        logstore._text_records = compiled
+        try:
+            taken = RawRecord.of_lines(data, 0, len(data), 2, b'{"type":')
+            assert [(r.position, r.label, r.line, r.value) for r in taken] == [
+                (0, "line 2", 2, {"type": 1}),
+                (11, "line 3", 3, {"type": 2}),
+            ]
+            assert len(RawRecord.of_lines(data, 0, len(data), 7)) == 4  # no prefix: all
+            assert RawRecord.of_lines(data, 22, 22, 2) == []
+            for start, stop in ((0, 5), (-1, 11), (0, len(data) + 1), (11, 0)):
+                with pytest.raises(ValueError):
+                    RawRecord.of_lines(data, start, stop, 2)
+        finally:
+            logstore._text_records = saved
