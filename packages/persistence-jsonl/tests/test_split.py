@@ -159,8 +159,9 @@ def test_of_lines_stops_at_the_first_line_that_begins_otherwise() -> None:
             ]
             assert len(RawRecord.of_lines(data, 0, len(data), 7)) == 4  # no prefix: all
             assert RawRecord.of_lines(data, 22, 22, 2) == []
-            for start, stop in ((0, 5), (-1, 11), (0, len(data) + 1), (11, 0)):
+            for start, stop, line in ((0, 5, 2), (-1, 11, 2), (0, len(data) + 1, 2),
+                                      (11, 0, 2), (0, 11, -1)):  # fmt: skip
                 with pytest.raises(ValueError):
-                    RawRecord.of_lines(data, start, stop, 2)
+                    RawRecord.of_lines(data, start, stop, line)
         finally:
             logstore._text_records = saved

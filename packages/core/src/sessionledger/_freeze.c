@@ -1018,7 +1018,7 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) {
         return NULL;
     }
-    if (index < 0 || expected < 0 || expected > max_safe) {
+    if (index < 0 || expected < 0) {
         PyErr_SetString(PyExc_ValueError, "decode_records: start and expected must be >= 0");
         return NULL;
     }

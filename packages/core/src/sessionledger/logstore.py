@@ -138,7 +138,11 @@ class RawRecord:
                 cls, parse_json, UNPARSABLE, data, start, stop, first_line, bytes(begins)
             )
             return made
-        if not 0 <= start <= stop <= len(data) or (stop > start and data[stop - 1] != 10):
+        if (
+            not 0 <= start <= stop <= len(data)
+            or (stop > start and data[stop - 1] != 10)
+            or first_line < 0
+        ):
             raise ValueError("start:stop must be within data and end with a newline")
         view = memoryview(data)
         records = []
