@@ -735,22 +735,30 @@ parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts, PyO
     return *result == NULL ? -1 : 1;
 }
 
+/* parse_row_text on the bytes of *source*: 0 for anything that holds no bytes too. */
+static int
+row_of(PyObject *source, PyObject **result)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
+    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, result);
+    row_parts_free(&parts);
+    PyBuffer_Release(&view);
+    return found;
+}
+
 static PyObject *
 parse_row(PyObject *module, PyObject *source)
 {
     if (!ready()) {
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
     PyObject *result = NULL;
-    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, &result);
-    row_parts_free(&parts);
-    PyBuffer_Release(&view);
+    int found = row_of(source, &result);
     if (found < 0) {
         return NULL;
     }
@@ -917,26 +925,32 @@ event_from_json(PyObject *module, PyObject *envelope)
 
 static PyObject *text_name = NULL; /* "text": RawRecord.text */
 
+/* Give *item* (a new reference, taken) to *to* and move *expected* on by *count*: 1, or
+   -1 with an exception set. */
+static int
+hand_over(PyObject *to, PyObject *item, long long *expected, Py_ssize_t count)
+{
+    PyObject *done = PyObject_CallOneArg(to, item);
+    Py_DECREF(item);
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    *expected += count;
+    return 1;
+}
+
 /* Decode one record's *text*: 1 when it was taken (*expected* moved on), 0 when it is
    left to the caller, -1 with an exception set. */
 static int
 decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *add_run,
             PyObject *append, PyObject *loads)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
     PyObject *parsed = NULL;
-    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, &parsed);
-    row_parts_free(&parts);
-    PyBuffer_Release(&view);
+    int found = row_of(text, &parsed);
     if (found < 0) {
         return -1;
     }
-    PyObject *done;
     if (found > 0) {
         long long seq0 = PyLong_AsLongLong(PyTuple_GET_ITEM(parsed, 1));
         Py_ssize_t members = PyObject_Length(PyTuple_GET_ITEM(parsed, 9)); /* the times */
@@ -950,17 +964,7 @@ decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *a
         }
         PyObject *run = PyObject_CallOneArg(make_run, parsed);
         Py_DECREF(parsed);
-        if (run == NULL) {
-            return -1;
-        }
-        done = PyObject_CallOneArg(add_run, run);
-        Py_DECREF(run);
-        if (done == NULL) {
-            return -1;
-        }
-        Py_DECREF(done);
-        *expected += members;
-        return 1;
+        return run == NULL ? -1 : hand_over(add_run, run, expected, members);
     }
     PyObject *envelope = PyObject_CallOneArg(loads, text);
     if (envelope == NULL) {
@@ -988,14 +992,7 @@ decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *a
         Py_DECREF(event);
         return 0;
     }
-    done = PyObject_CallOneArg(append, event);
-    Py_DECREF(event);
-    if (done == NULL) {
-        return -1;
-    }
-    Py_DECREF(done);
-    *expected += 1;
-    return 1;
+    return hand_over(append, event, expected, 1);
 }
 
 static PyObject *
