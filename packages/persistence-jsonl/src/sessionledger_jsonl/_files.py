@@ -202,12 +202,18 @@ class FileSystem:
         return os.fstat(fd)
 
     def read_all(self, fd: int) -> bytes:
+        """Read the file from its start to its end, wherever the end is by then.
+
+        Asking for the current size and one byte more usually reads the whole file at
+        once: a large log is then neither read in pieces nor joined (a copy of it all).
+        A file that grew meanwhile is read on to its new end."""
         chunks = []
         offset = 0
-        while chunk := os.pread(fd, 1 << 20, offset):
+        size = os.fstat(fd).st_size
+        while chunk := os.pread(fd, min(max(size + 1 - offset, 1 << 16), 1 << 30), offset):
             chunks.append(chunk)
             offset += len(chunk)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def read_at(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
