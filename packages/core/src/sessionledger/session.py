@@ -200,8 +200,18 @@ class Session:
             # no run holds are looked at, in order, and only those a check or the
             # surface needs cost more than a glance. A failure leaves *seed* as it was.
             log.fill_from(seed)
+            check = self._check_seed
             for index, event in seed.loose():
-                self._check_seed(event, index, copy=False, strict=strict, checks=needs_checks)
+                # The look _check_seed would take first, without a call: most loose
+                # events (boundaries, lone deltas) need no more.
+                if (
+                    event.type in needs_checks
+                    or event.surface_op is not None
+                    or event.source_event_seqs is not None
+                    or event.seq != index
+                    or (strict and event.type not in types and not event.ignorable)
+                ):
+                    check(event, index, copy=False, strict=strict, checks=needs_checks)
         else:
             items = seed.segments() if type(seed) is EventLog and not copy else seed
             for item in items:

@@ -238,42 +238,53 @@ def check_message_shape(event_type: str, data: Any) -> None:
     """Check the message of a surface event against the shape rules; raise
     ``MessageShapeError`` (docs/events.md, "shape rules").
 
-    Unknown block types and source kinds pass: plugins extend them.
+    Unknown block types and source kinds pass: plugins extend them. A stored value is a
+    ``FrozenDict``, which is tested first: a restore checks every surface event, and an
+    abstract ``Mapping`` test costs several times a type test.
     """
 
     def bad(reason: str) -> MessageShapeError:
         return MessageShapeError(f"{event_type} {reason}")
 
-    if event_type != USER_MESSAGE and not isinstance(data, Mapping):
+    if event_type == USER_MESSAGE:
+        message = data
+    elif type(data) is FrozenDict or isinstance(data, Mapping):
+        message = data.get("message")
+    else:
         raise bad("data must be a JSON object holding the message")
-    message = event_message(event_type, data)
-    if not isinstance(message, Mapping) or not _nonempty_str(message.get("id")):
+    if type(message) is not FrozenDict and not isinstance(message, Mapping):
+        raise bad("lacks an identified message (a JSON object with a non-empty 'id')")
+    ident = message.get("id")
+    if type(ident) is not str or not ident:
         raise bad("lacks an identified message (a JSON object with a non-empty 'id')")
     role = "assistant" if event_type == ASSISTANT_MESSAGE else "user"
     if message.get("role") != role:
         raise bad(f"message must have role {role!r}, got {message.get('role')!r}")
     source = message.get("source")
-    if not isinstance(source, Mapping) or not _nonempty_str(source.get("kind")):
+    if type(source) is not FrozenDict and not isinstance(source, Mapping):
+        raise bad("message has an invalid source (an object with a non-empty 'kind')")
+    kind = source.get("kind")
+    if type(kind) is not str or not kind:
         raise bad("message has an invalid source (an object with a non-empty 'kind')")
     content = message.get("content")
     if type(content) is not tuple and type(content) is not list:
         raise bad("message content must be a list of blocks")
     if event_type == ASSISTANT_MESSAGE:
         if not (
-            source["kind"] == "model"
+            kind == "model"
             and _nonempty_str(source.get("provider"))
             and _nonempty_str(source.get("model"))
         ):
             raise bad("message must have a model source with non-empty provider and model")
     elif event_type == TOOL_RESULT:
         call_id = source.get("callId")
-        if source["kind"] != "tool" or not _nonempty_str(call_id):
+        if kind != "tool" or not _nonempty_str(call_id):
             raise bad("message must have a tool source with a non-empty callId")
         if len(content) != 1:
             raise bad("message must contain exactly one tool-result block")
         block = content[0]
         if (
-            not isinstance(block, Mapping)
+            (type(block) is not FrozenDict and not isinstance(block, Mapping))
             or block.get("type") != "tool-result"
             or not isinstance(block.get("content"), tuple | list)
         ):
