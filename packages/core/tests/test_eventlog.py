@@ -288,6 +288,37 @@ def test_any_stream_reads_back_exactly(parts: list[tuple[str, int, int, bool]]) 
     assert [log[seq] for seq in range(len(expected))] == expected
 
 
+def loose_by_segments(log: EventLog, start: int) -> list[tuple[int, SessionEvent]]:
+    """The loose events from *start* on, told apart from the runs by ``segments``."""
+    found, seq = [], 0
+    for segment in log.segments():
+        if type(segment) is SessionEvent:
+            if seq >= start:
+                found.append((seq, segment))
+            seq += 1
+        else:
+            seq += len(segment)
+    return found
+
+
+@settings(max_examples=40, deadline=None)
+@given(session_logs(), st.integers(-2, 400), st.integers(0, 6))
+def test_loose_yields_each_event_no_run_holds(
+    log: list[dict[str, Any]], start: int, more: int
+) -> None:
+    stored = EventLog([SessionEvent.from_json(envelope) for envelope in log])
+    expected = loose_by_segments(stored, start)
+    assert list(stored.loose(start)) == expected
+    assert list(stored.unpacked(start)) == [event for _, event in expected]
+    # A copy whose last run the original goes on extending: its walk stops at its end.
+    shorter = stored.copy()
+    last = stored[-1] if len(stored) else None
+    if last is not None and last.type == "assistant/chunk":
+        for offset in range(more):
+            stored.append(SessionEvent(last.type, len(stored), last.time + offset, last.data))
+    assert list(shorter.loose(start)) == expected
+
+
 def restore_summary(session: Session) -> tuple[Any, ...]:
     """What a restored session shows: its events, surface, messages and where it goes live."""
     return (

@@ -490,16 +490,22 @@ class EventLog(Sequence[SessionEvent]):
     def unpacked(self, start: int = 0) -> Iterator[SessionEvent]:
         """Yield the events from seq *start* on that no run holds: every event that is
         not a streamed delta, without rebuilding one delta."""
-        for _, slot, _ in self._walk(start, None):
-            if type(slot) is SessionEvent:
-                yield slot
+        for _, slot in self.loose(start):
+            yield slot
 
-    def loose(self) -> Iterator[tuple[int, SessionEvent]]:
-        """Yield each event no run holds, with its place in the log (its seq, in a log
-        built contiguously from 0)."""
-        for seq, slot, _ in self._walk(0, None):
+    def loose(self, start: int = 0) -> Iterator[tuple[int, SessionEvent]]:
+        """Yield each event no run holds from seq *start* on, with its place in the log
+        (its seq, in a log built contiguously from 0). The walk of ``_walk``, written
+        out: a restore and a type check take every loose event of a large log."""
+        slots = self._slots
+        seq, end = max(start, 0), len(slots)
+        while seq < end:
+            slot = slots[seq]
             if type(slot) is SessionEvent:
                 yield seq, slot
+                seq += 1
+            else:
+                seq = slot.end  # past the run (at most the end of a longer log's)
 
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared
