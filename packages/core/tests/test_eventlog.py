@@ -319,6 +319,79 @@ def test_loose_yields_each_event_no_run_holds(
     assert list(shorter.loose(start)) == expected
 
 
+def segment_shape(log: EventLog) -> list[tuple[type, int, bool]]:
+    """Each segment's kind and length, and for a run whether it was sealed (closed)."""
+    return [
+        (ChunkRun, len(s), s.texts is None) if type(s) is ChunkRun else (SessionEvent, 1, True)
+        for s in log.segments()
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(session_logs(), st.lists(st.booleans(), max_size=60))
+def test_extending_by_segments_equals_adding_them_one_by_one(
+    log: list[dict[str, Any]], whole: list[bool]
+) -> None:
+    stored = EventLog([SessionEvent.from_json(envelope) for envelope in log])
+    # Each run of the stored log goes in whole, or as its members (which may start a run).
+    segments: list[SessionEvent | ChunkRun] = []
+    for number, segment in enumerate(stored.segments()):
+        if type(segment) is ChunkRun and not (number < len(whole) and whole[number]):
+            segments.extend(segment.members(segment.seq0, segment.end))
+        else:
+            segments.append(segment)
+    one_by_one, at_once = EventLog(), EventLog()
+    for item in segments:
+        if type(item) is ChunkRun:
+            one_by_one.add_run(item)
+        else:
+            one_by_one.append(item)
+    at_once.extend_segments(segments)
+    assert as_json(at_once) == as_json(one_by_one) == as_json(stored)
+    assert segment_shape(at_once) == segment_shape(one_by_one)
+    # Both go on alike: a chunk like the last event extends an open run in both or neither.
+    last = stored[-1] if len(stored) else None
+    if last is not None:
+        for target in (one_by_one, at_once):
+            target.append(SessionEvent(last.type, len(target), last.time, last.data))
+        assert segment_shape(at_once) == segment_shape(one_by_one)
+    runs = [item for item in segments if type(item) is ChunkRun and item.seq0 > 0]
+    if runs:
+        with pytest.raises(ValueError, match="cannot follow"):
+            EventLog().extend_segments(runs[:1])
+
+
+def test_a_segment_after_an_open_run_closes_it_as_append_does() -> None:
+    # A run built from streamed deltas, then an event or a whole run right after it: the
+    # run is closed (sealed) either way, as ``append`` and ``add_run`` close it.
+    def chunk(seq: int, step: int) -> SessionEvent:
+        data = text_delta(str(seq), step=step)
+        return SessionEvent.from_json(
+            {"type": "assistant/chunk", "seq": seq, "time": seq, "data": data}
+        )
+
+    stored = EventLog([chunk(seq, 1 if seq < 4 else 2) for seq in range(7)])
+    whole = list(stored.segments())[-1]
+    assert type(whole) is ChunkRun
+    assert whole.seq0 == 4
+    for after in (
+        SessionEvent.from_json({"type": "step/end", "seq": 3, "time": 3, "data": {}}),
+        whole,
+    ):
+        segments = [chunk(0, 1), chunk(1, 1), chunk(2, 1), after]
+        if type(after) is ChunkRun:
+            segments = [*segments[:3], chunk(3, 1), after]
+        one_by_one, at_once = EventLog(), EventLog()
+        for item in segments:
+            if type(item) is ChunkRun:
+                one_by_one.add_run(item)
+            else:
+                one_by_one.append(item)
+        at_once.extend_segments(segments)
+        assert segment_shape(at_once) == segment_shape(one_by_one)
+        assert segment_shape(at_once)[0][2], "the first run was left open"
+
+
 def restore_summary(session: Session) -> tuple[Any, ...]:
     """What a restored session shows: its events, surface, messages and where it goes live."""
     return (

@@ -285,16 +285,21 @@ class _Decoder:
         """Take *records*, or raise ``CorruptLogError`` at the first that is damaged."""
         events = self.events
         common = _decode_common
+        taken: list[SessionEvent | ChunkRun] = []
         if common is not None and type(events) is EventLog and type(records) is list:
-            steps = (run_of_parsed_row, events.add_run, events.append, orjson.loads)
+            steps = (run_of_parsed_row, taken.append, taken.append, orjson.loads)
+            add_taken = events.extend_segments
         else:
             common = None
         index, total = 0, len(records)
         while index < total:
             if common is not None and self.expected is not None:
-                # The common records in one compiled call; the record it stops at (or
-                # the first, which sets the seqs to expect) takes the rules below.
+                # The common records in one compiled call, added to the log in one more;
+                # the record it stops at (or the first, which sets the seqs to expect)
+                # takes the rules below.
                 index, self.expected = common(records, index, self.expected, *steps)
+                add_taken(taken)
+                taken.clear()
                 if index == total:
                     break
             record = records[index]

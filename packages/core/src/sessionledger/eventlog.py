@@ -414,6 +414,31 @@ class EventLog(Sequence[SessionEvent]):
         self._close()
         self._slots.extend([run] * len(run))
 
+    def extend_segments(self, segments: Iterable[SessionEvent | ChunkRun]) -> None:
+        """Add each of *segments* in order: an event as ``append`` adds it, a run as
+        ``add_run`` does. A store's decoded records come in one call this way, and the
+        common ones (an event no run can hold, a whole run) take no call of their own."""
+        slots = self._slots
+        for item in segments:
+            if type(item) is ChunkRun:
+                if item.seq0 != len(slots):
+                    raise ValueError(
+                        f"a run starting at seq {item.seq0} cannot follow {len(slots)}"
+                    )
+                if self._open is not None:
+                    self._close()
+                slots += [item] * (item.end - item.seq0)
+            elif self._open is None and (
+                item.type != CHUNK_TYPE
+                or item.surface_op is not None
+                or item.ignorable
+                or item.source_event_seqs is not None
+            ):
+                slots.append(item)
+                untrack_acyclic(item, item.source_event_seqs, item.surface_op)
+            else:
+                self.append(item)
+
     def fill_from(self, other: EventLog) -> None:
         """Make this empty log hold *other*'s events, in one step: its events and runs are
         shared (both immutable to readers; this log never extends a run of *other*)."""
