@@ -642,6 +642,23 @@ def test_many_damaged_jsonl_logs(
     run_jsonl_case(loop, tmp_path, *case)
 
 
+@pytest.mark.parametrize("index", range(len(JSONL_BASES)))
+@pytest.mark.parametrize("damage_a_record", [False, True], ids=["break-only", "and-a-record"])
+def test_a_commit_record_fused_with_the_next_batch_is_no_torn_tail(
+    index: int, damage_a_record: bool, loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    # A case the random search once found: the line break after the first commit record
+    # turned into another byte (and a record of that batch damaged). The batches after it
+    # are intact and acknowledged, so no read may show a view without them.
+    base = JSONL_BASES[index]
+    data = base.content
+    if damage_a_record:
+        data = data.replace(b'"seq":0,', b'"seq":null,', 1)
+    after_commit = jsonl_units(base)[0][1] - 1 + len(data) - len(base.content)
+    assert data[after_commit : after_commit + 1] == b"\n"
+    run_jsonl_case(loop, tmp_path, index, data[:after_commit] + b"\x0b" + data[after_commit + 1 :])
+
+
 @pytest.mark.slow
 @settings(max_examples=1_500, **FUZZ_SETTINGS)
 @given(case=damaged(memory=True))

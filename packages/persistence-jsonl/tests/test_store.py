@@ -314,6 +314,38 @@ async def test_damage_before_the_last_intact_batch_raises_and_changes_nothing(
     await fresh.close()
 
 
+@pytest.mark.parametrize("damage_a_record", [False, True], ids=["break-only", "and-a-record"])
+async def test_a_lost_line_break_after_a_commit_record_is_corruption_not_a_torn_tail(
+    tmp_path: Path, damage_a_record: bool
+) -> None:
+    # The line break after batch 1's commit record turns into another byte, fusing that
+    # record with batch 2's first line: no commit record closes batch 1 any more, and batch
+    # 2's no longer matches. A crash cannot do this (it tears the last write only), and
+    # batch 2 was acknowledged: the reads must refuse the log, not cut both batches away.
+    store = make_store(tmp_path)
+    events = turns("fused", 2)
+    split = next(e.seq for e in events if e.type == "turn/end") + 1
+    path = await store_log(store, "fused", events[:split])
+    await store.append("fused", events[split:])
+    await store.close()
+    lines = path.read_bytes().split(b"\n")
+    first_commit = next(i for i, line in enumerate(lines) if b'"commit"' in line)
+    if damage_a_record:
+        lines[1] = lines[1].replace(b'"seq":0,', b'"seq":null,')
+    fused = b"\x0b".join(lines[first_commit : first_commit + 2])
+    path.write_bytes(b"\n".join([*lines[:first_commit], fused, *lines[first_commit + 2 :]]))
+    damaged = path.read_bytes()
+    fresh = make_store(tmp_path)
+    for read in (fresh.inspect, fresh.load):
+        with pytest.raises(CorruptLogError, match="not a torn last write") as raised:
+            await read("fused")
+        assert raised.value.path == str(path)
+        assert raised.value.seq == 0  # the committed region ends before seq 0
+    assert path.read_bytes() == damaged
+    assert not list(path.parent.glob("session.jsonl.quarantine-*"))
+    await fresh.close()
+
+
 @pytest.mark.parametrize(
     "first_line",
     [b"", b"not json", b'{"type":"turn/start","seq":0}', b"[1,2]", b'{"type":"session"'],

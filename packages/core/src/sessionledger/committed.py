@@ -169,11 +169,35 @@ def scan_log(
         return ScannedLog(
             header, decoder.events, raw.torn_at, raw.revision, raw.location, torn=found
         )
+    _check_tail_continues(decoder, torn)
     records = [record for batch in torn for record in raw.records[batch.start : batch.end]]
     tail = TornTail(torn[0].label, len(torn), len(records), _seq_span(records))
     return ScannedLog(
         header, decoder.events, torn[0].position, raw.revision, raw.location, len(torn), tail
     )
+
+
+def _check_tail_continues(decoder: _Decoder, torn: Sequence[RawBatch]) -> None:
+    """Refuse a tail that a crash could not have left (``CorruptLogError``).
+
+    A crash tears only the last write, and that write continues the committed seqs. A
+    failed batch whose commit record starts later than that means acknowledged batches
+    before it were damaged (a lost line break fuses a commit record with the next batch,
+    say): corruption, not a tear to cut away.
+    """
+    expected = decoder.expected
+    for batch in torn:
+        first = batch.first_seq
+        if first is None or expected is None:
+            continue
+        if first > expected:
+            raise decoder.damaged(
+                batch.label,
+                f"{batch.problem}; its commit record starts at seq {first}, where the "
+                f"intact batches before it end at seq {expected}: not a torn last write",
+                batch.line,
+            )
+        expected = batch.end_seq
 
 
 @final
