@@ -34,7 +34,7 @@ from sessionledger.chunks import (
 )
 from sessionledger.committed import scan_log
 from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.eventlog import ChunkRun, EventLog
+from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import APPEND, SessionEvent, SessionHeader, make_event, pure_from_json
 from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
@@ -863,36 +863,63 @@ def test_the_rules_see_no_record_of_a_written_log(
 def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> None:
     freeze = compiled()
     freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
     row = text_row()  # seqs 4 and 5
     text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}'
     records = [RawRecord.of_text(row, 0, "line 2"), RawRecord.of_text(text, 0, "line 3")]
     held = [text, row, *records]
     before = [sys.getrefcount(value) for value in held]
-
-    def four_events() -> EventLog:
-        log = EventLog()
-        log.extend(SessionEvent("x/note", seq, 0, {}) for seq in range(4))
-        return log
-
     for _ in range(300):
-        log = four_events()
-        steps = (run_of_parsed_row, log.add_run, log.append, orjson.loads)
-        assert freeze.decode_records(records, 0, 5, *steps) == (0, 5)  # the row is at 4
-        assert freeze.decode_records(records, 0, 4, *steps) == (2, 7)
+        taken: list[Any] = []
+        assert freeze.decode_records(records, 0, 5, taken, orjson.loads) == (0, 5)  # row at 4
+        assert taken == []
+        assert freeze.decode_records(records, 0, 4, taken, orjson.loads) == (2, 7)
+        assert [type(item) for item in taken] == [ChunkRun, SessionEvent]
+        log = EventLog(SessionEvent("x/note", seq, 0, {}) for seq in range(4))
+        log.extend_segments(taken)
         assert [event.seq for event in log] == list(range(7))
-        assert freeze.decode_records(records, 2, 7, *steps) == (2, 7)
+        assert freeze.decode_records(records, 2, 7, taken, orjson.loads) == (2, 7)
+    del taken, log
     assert [sys.getrefcount(value) for value in held] == before
 
     def refuse(_: Any) -> None:
         raise RuntimeError("refused")
 
-    log = four_events()
     with pytest.raises(RuntimeError, match="refused"):
-        freeze.decode_records(records, 0, 4, run_of_parsed_row, refuse, log.append, orjson.loads)
-    with pytest.raises(RuntimeError, match="refused"):
-        freeze.decode_records(records, 1, 6, refuse, refuse, refuse, orjson.loads)
+        freeze.decode_records(records, 1, 6, [], refuse)
     with pytest.raises(TypeError):
-        freeze.decode_records(tuple(records), 0, 4, *steps)
+        freeze.decode_records(tuple(records), 0, 4, [], orjson.loads)
+    with pytest.raises(TypeError):
+        freeze.decode_records(records, 0, 4, (), orjson.loads)
     with pytest.raises(ValueError):
-        freeze.decode_records(records, -1, 4, *steps)
-    assert freeze.decode_records([RawRecord({}, 0, "x")], 0, 0, *steps) == (0, 0)
+        freeze.decode_records(records, -1, 4, [], orjson.loads)
+    assert freeze.decode_records([RawRecord({}, 0, "x")], 0, 0, [], orjson.loads) == (0, 0)
+
+
+def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot() -> None:
+    # The compiled decode builds a stored row's run itself: every slot must hold what
+    # ChunkRun.packed puts there (a slot added to ChunkRun fails setup_runs until the C
+    # build sets it too).
+    freeze = compiled()
+    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    rows = [
+        text_row(),
+        text_row(tag="reasoning-chunks", texts='["\\u00e9","中😀"]'),
+        text_row(**TOOL, middle=',"id":"c1"'),
+        text_row(**TOOL, middle=',"id":"c1","name":"edit"'),
+        *(text for text in written(small_log(0, 12)) if text.startswith(b'{"type":"text-chunks"')),
+    ]
+    for row in rows:
+        parsed = freeze.parse_row(row)
+        assert parsed is not None, row
+        taken: list[Any] = []
+        records = [RawRecord.of_text(row, 0, "line 2")]
+        assert freeze.decode_records(records, 0, parsed[1], taken, orjson.loads)[0] == 1
+        (built,) = taken
+        reference = run_of_parsed_row(parsed)
+        for name in ChunkRun.__slots__:
+            mine, theirs = getattr(built, name), getattr(reference, name)
+            assert type(mine) is type(theirs), name
+            assert mine == theirs, name
+        assert not gc.is_tracked(built)

@@ -590,6 +590,13 @@ typedef struct {
     unsigned char *utf8; /* the joined texts */
     PyObject *call_id;
     PyObject *name;
+    /* What the parse found, once it succeeded: */
+    int tag;
+    long long seq0, turn, step, index;
+    Py_ssize_t members;
+    PyObject *joined;  /* the texts joined, a str */
+    PyObject *offsets; /* array of where each text ends in joined */
+    PyObject *stamps;  /* array("q") of the member times */
 } row_parts;
 
 static void
@@ -600,12 +607,15 @@ row_parts_free(row_parts *parts)
     PyMem_Free(parts->utf8);
     Py_XDECREF(parts->call_id);
     Py_XDECREF(parts->name);
+    Py_XDECREF(parts->joined);
+    Py_XDECREF(parts->offsets);
+    Py_XDECREF(parts->stamps);
 }
 
-/* The body of parse_row: 1 with *result* set, 0 for "not for the fast path", -1 with an
+/* The body of parse_row: 1 with *parts* filled, 0 for "not for the fast path", -1 with an
    exception set. */
 static int
-parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts, PyObject **result)
+parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts)
 {
     cursor at = {text, text + size};
     if (!literal(&at, "{\"type\":\"")) {
@@ -705,50 +715,141 @@ parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts, PyO
         PyErr_Clear();
         return 0; /* not UTF-8: orjson refuses it, and the ordinary path says so */
     }
+    parts->joined = joined;
     if ((uint64_t)PyUnicode_GET_LENGTH(joined) != chars_so_far) {
-        Py_DECREF(joined);
         return 0;
     }
     int narrow = chars_so_far < 4294967296ULL;
-    PyObject *offsets;
     if (narrow) {
         uint32_t *small = (uint32_t *)parts->ends; /* in place: each item only shrinks */
         for (Py_ssize_t i = 0; i < members; i++) {
             small[i] = (uint32_t)parts->ends[i];
         }
-        offsets = make_array("I", small, members * 4);
+        parts->offsets = make_array("I", small, members * 4);
     }
     else {
-        offsets = make_array("q", parts->ends, members * 8);
+        parts->offsets = make_array("q", parts->ends, members * 8);
     }
-    PyObject *times = offsets == NULL ? NULL : make_array("q", parts->times, members * 8);
-    if (times == NULL) {
-        Py_DECREF(joined);
-        Py_XDECREF(offsets);
+    if (parts->offsets == NULL
+        || (parts->stamps = make_array("q", parts->times, members * 8)) == NULL) {
         return -1;
     }
-    PyObject *call_id = parts->call_id != NULL ? parts->call_id : Py_None;
-    PyObject *name = parts->name != NULL ? parts->name : Py_None;
-    *result = Py_BuildValue(
-        "(OLLLLOONNN)", row_tag_objects[tag], seq0, turn, step, index, call_id, name, joined,
-        offsets, times);
-    return *result == NULL ? -1 : 1;
+    parts->tag = tag;
+    parts->seq0 = seq0;
+    parts->turn = turn;
+    parts->step = step;
+    parts->index = index;
+    parts->members = members;
+    return 1;
 }
 
 /* parse_row_text on the bytes of *source*: 0 for anything that holds no bytes too. */
 static int
-row_of(PyObject *source, PyObject **result)
+row_of(PyObject *source, row_parts *parts)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
         return 0;
     }
-    row_parts parts = {NULL, NULL, NULL, NULL, NULL};
-    int found = parse_row_text((const unsigned char *)view.buf, view.len, &parts, result);
-    row_parts_free(&parts);
+    int found = parse_row_text((const unsigned char *)view.buf, view.len, parts);
     PyBuffer_Release(&view);
     return found;
+}
+
+/* The tuple parse_row returns for a parsed row. */
+static PyObject *
+row_tuple(row_parts *parts)
+{
+    PyObject *call_id = parts->call_id != NULL ? parts->call_id : Py_None;
+    PyObject *name = parts->name != NULL ? parts->name : Py_None;
+    return Py_BuildValue("(OLLLLOOOOO)", row_tag_objects[parts->tag], parts->seq0, parts->turn,
+                         parts->step, parts->index, call_id, name, parts->joined, parts->offsets,
+                         parts->stamps);
+}
+
+/* -- runs built here, as eventlog.ChunkRun.packed builds them ------------------------- */
+
+/* ChunkRun's slots, set through their descriptors (setup_runs checks that these are all
+   of them), in the order of run_slot_names. */
+enum {
+    RUN_KIND, RUN_TURN, RUN_STEP, RUN_INDEX, RUN_CALL_ID, RUN_NAME, RUN_WIDTH, RUN_SEQ0,
+    RUN_END, RUN_TIMES, RUN_TIME0, RUN_GAPS, RUN_TEXTS, RUN_JOINED, RUN_ENDS, RUN_SLOTS
+};
+static const char *const run_slot_names[RUN_SLOTS] = {
+    "kind", "turn", "step", "index", "call_id", "name", "_width", "seq0",
+    "end", "_times", "_time0", "_gaps", "texts", "_joined", "_ends",
+};
+static PyTypeObject *run_type = NULL;     /* eventlog.ChunkRun, set by setup_runs() */
+static PyObject *run_slots[RUN_SLOTS];    /* its member descriptors */
+/* The member chunk type of each row tag (row_tags' order), as chunks.py's _ROW_KINDS. */
+static const char *const member_kinds[3] = {"text-delta", "reasoning-delta", "tool-call-delta"};
+static PyObject *member_kind_objects[3] = {NULL, NULL, NULL};
+
+/* event_slots: SessionEvent's member descriptors that extend_slots reads. */
+enum { EVENT_TYPE, EVENT_SURFACE, EVENT_SOURCES, EVENT_IGNORABLE, EVENT_READ };
+static const char *const event_slot_names[EVENT_READ] = {
+    "type", "surface_op", "source_event_seqs", "ignorable",
+};
+static PyTypeObject *event_type = NULL;   /* events.SessionEvent */
+static PyObject *event_slots[EVENT_READ];
+static PyObject *chunk_type = NULL;       /* "assistant/chunk": the one type a run holds */
+
+static int
+runs_ready(void)
+{
+    if (run_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sessionledger._freeze.setup_runs() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Set the slot *which* of *run* to *value* (a new reference, taken; NULL passes an error on). */
+static int
+set_slot(PyObject *run, int which, PyObject *value)
+{
+    if (value == NULL) {
+        return -1;
+    }
+    PyObject *descriptor = run_slots[which];
+    int failed = Py_TYPE(descriptor)->tp_descr_set(descriptor, run, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* The closed ChunkRun of a parsed row, equal slot by slot to ChunkRun.packed's. */
+static PyObject *
+row_run(row_parts *parts)
+{
+    PyObject *run = run_type->tp_alloc(run_type, 0);
+    if (run == NULL) {
+        return NULL;
+    }
+    int width = parts->call_id == NULL ? 3 : parts->name == NULL ? 4 : 5;
+    if (set_slot(run, RUN_KIND, Py_NewRef(member_kind_objects[parts->tag])) < 0
+        || set_slot(run, RUN_TURN, PyLong_FromLongLong(parts->turn)) < 0
+        || set_slot(run, RUN_STEP, PyLong_FromLongLong(parts->step)) < 0
+        || set_slot(run, RUN_INDEX, PyLong_FromLongLong(parts->index)) < 0
+        || set_slot(run, RUN_CALL_ID, Py_NewRef(parts->call_id ? parts->call_id : Py_None)) < 0
+        || set_slot(run, RUN_NAME, Py_NewRef(parts->name ? parts->name : Py_None)) < 0
+        || set_slot(run, RUN_WIDTH, PyLong_FromLong(width)) < 0
+        || set_slot(run, RUN_SEQ0, PyLong_FromLongLong(parts->seq0)) < 0
+        || set_slot(run, RUN_END, PyLong_FromLongLong(parts->seq0 + parts->members)) < 0
+        || set_slot(run, RUN_TIMES, Py_NewRef(parts->stamps)) < 0
+        || set_slot(run, RUN_TIME0, PyLong_FromLong(0)) < 0
+        || set_slot(run, RUN_GAPS, Py_NewRef(Py_None)) < 0
+        || set_slot(run, RUN_TEXTS, Py_NewRef(Py_None)) < 0
+        || set_slot(run, RUN_JOINED, Py_NewRef(parts->joined)) < 0
+        || set_slot(run, RUN_ENDS, Py_NewRef(parts->offsets)) < 0) {
+        Py_DECREF(run);
+        return NULL;
+    }
+    /* As ChunkRun's __init__ does: a run refers to scalars and arrays only. */
+    if (PyObject_GC_IsTracked(run)) {
+        PyObject_GC_UnTrack(run);
+    }
+    return run;
 }
 
 static PyObject *
@@ -757,14 +858,10 @@ parse_row(PyObject *module, PyObject *source)
     if (!ready()) {
         return NULL;
     }
-    PyObject *result = NULL;
-    int found = row_of(source, &result);
-    if (found < 0) {
-        return NULL;
-    }
-    if (found == 0) {
-        Py_RETURN_NONE;
-    }
+    row_parts parts = {0};
+    int found = row_of(source, &parts);
+    PyObject *result = found < 0 ? NULL : found == 0 ? Py_NewRef(Py_None) : row_tuple(&parts);
+    row_parts_free(&parts);
     return result;
 }
 
@@ -914,58 +1011,53 @@ event_from_json(PyObject *module, PyObject *envelope)
     return events_ready() ? event_of(envelope) : NULL;
 }
 
-/* decode_records(records, start, expected, make_run, add_run, append, loads): the common
-   case of committed.py's decode loop, with no Python frame per record. From
-   records[start] on (a list of RawRecord), while a record is JSON text (its text is not
-   None) that parse_row takes, or that loads parses to an envelope event_from_json takes,
-   and its first seq is *expected*: a row becomes make_run(parse_row's tuple), given to
-   add_run; an event is given to append. It stops at the first record that is not such
-   and returns (its index, the seq expected there); the caller's rules take that record,
-   and say what is wrong with it, so what a load accepts does not depend on this. */
+/* decode_records(records, start, expected, taken, loads): the common case of committed.py's
+   decode loop, with no Python frame per record. From records[start] on (a list of
+   RawRecord), while a record is JSON text (its text is not None) that parse_row takes, or
+   that loads parses to an envelope event_from_json takes, and its first seq is
+   *expected*: a row becomes its closed ChunkRun, an envelope its event, appended to the
+   list *taken*. It stops at the first record that is not such and returns (its index,
+   the seq expected there); the caller's rules take that record, and say what is wrong
+   with it, so what a load accepts does not depend on this. */
 
 static PyObject *text_name = NULL; /* "text": RawRecord.text */
 
-/* Give *item* (a new reference, taken) to *to* and move *expected* on by *count*: 1, or
-   -1 with an exception set. */
+/* Append *item* (a new reference, taken) to *taken* and move *expected* on by *count*: 1,
+   or -1 with an exception set. */
 static int
-hand_over(PyObject *to, PyObject *item, long long *expected, Py_ssize_t count)
+hand_over(PyObject *taken, PyObject *item, long long *expected, Py_ssize_t count)
 {
-    PyObject *done = PyObject_CallOneArg(to, item);
+    int failed = PyList_Append(taken, item);
     Py_DECREF(item);
-    if (done == NULL) {
+    if (failed) {
         return -1;
     }
-    Py_DECREF(done);
     *expected += count;
     return 1;
 }
 
-/* Decode one record's *text*: 1 when it was taken (*expected* moved on), 0 when it is
-   left to the caller, -1 with an exception set. */
+/* Decode one record, the JSON text of *size* bytes at *bytes* (held by *text*, the object
+   loads is given): 1 when it was taken (*expected* moved on), 0 when it is left to the
+   caller, -1 with an exception set. */
 static int
-decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *add_run,
-            PyObject *append, PyObject *loads)
+decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, long long *expected,
+            PyObject *taken, PyObject *loads)
 {
-    PyObject *parsed = NULL;
-    int found = row_of(text, &parsed);
-    if (found < 0) {
-        return -1;
-    }
-    if (found > 0) {
-        long long seq0 = PyLong_AsLongLong(PyTuple_GET_ITEM(parsed, 1));
-        Py_ssize_t members = PyObject_Length(PyTuple_GET_ITEM(parsed, 9)); /* the times */
-        if (members < 0 || (seq0 == -1 && PyErr_Occurred())) {
-            Py_DECREF(parsed);
-            return -1;
+    row_parts parts = {0};
+    int found = parse_row_text(bytes, size, &parts);
+    if (found != 0) {
+        int done = found;
+        if (found > 0 && parts.seq0 != *expected) {
+            done = 0;
         }
-        if (seq0 != *expected) {
-            Py_DECREF(parsed);
-            return 0;
+        else if (found > 0) {
+            PyObject *run = row_run(&parts);
+            done = run == NULL ? -1 : hand_over(taken, run, expected, parts.members);
         }
-        PyObject *run = PyObject_CallOneArg(make_run, parsed);
-        Py_DECREF(parsed);
-        return run == NULL ? -1 : hand_over(add_run, run, expected, members);
+        row_parts_free(&parts);
+        return done;
     }
+    row_parts_free(&parts);
     PyObject *envelope = PyObject_CallOneArg(loads, text);
     if (envelope == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -992,18 +1084,18 @@ decode_text(PyObject *text, long long *expected, PyObject *make_run, PyObject *a
         Py_DECREF(event);
         return 0;
     }
-    return hand_over(append, event, expected, 1);
+    return hand_over(taken, event, expected, 1);
 }
 
 static PyObject *
 decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyList_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "decode_records(list, start, expected, make_run, "
-                                         "add_run, append, loads)");
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_records(list, start, expected, taken: list, loads)");
         return NULL;
     }
-    if (!events_ready()) {
+    if (!events_ready() || !runs_ready()) {
         return NULL;
     }
     if (text_name == NULL && (text_name = PyUnicode_InternFromString("text")) == NULL) {
@@ -1019,7 +1111,7 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "decode_records: start and expected must be >= 0");
         return NULL;
     }
-    /* The list is read afresh each time: a callback could, in principle, change it. */
+    /* The list is read afresh each time: loads could, in principle, change it. */
     while (index < PyList_GET_SIZE(records)) {
         PyObject *record = Py_NewRef(PyList_GET_ITEM(records, index));
         PyObject *text = PyObject_GetAttr(record, text_name);
@@ -1027,9 +1119,18 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (text == NULL) {
             return NULL;
         }
-        int taken = text == Py_None
-                        ? 0
-                        : decode_text(text, &expected, args[3], args[4], args[5], args[6]);
+        int taken = 0;
+        Py_buffer view;
+        if (text != Py_None) {
+            if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0) {
+                PyErr_Clear(); /* no bytes: the caller's */
+            }
+            else {
+                taken = decode_text((const unsigned char *)view.buf, view.len, text, &expected,
+                                    args[3], args[4]);
+                PyBuffer_Release(&view);
+            }
+        }
         Py_DECREF(text);
         if (taken < 0) {
             return NULL;
@@ -1040,6 +1141,170 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         index++;
     }
     return Py_BuildValue("(nL)", index, expected);
+}
+
+/* extend_slots(slots, segments, start): the common case of EventLog.extend_segments, for a
+   log with no open run. From segments[start] on, a ChunkRun whose seq0 is len(slots) adds
+   itself once per member, and an event no run can hold (not a chunk, or one with surface
+   metadata or marked ignorable) adds itself, untracked as EventLog.append leaves it. It
+   stops at the first other item (a chunk event, which may start a run; a run that does
+   not follow; anything else) and returns its index, for extend_segments to take by its
+   own rules. */
+static PyObject *
+extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "extend_slots(slots: list, segments: list, start)");
+        return NULL;
+    }
+    if (!runs_ready()) {
+        return NULL;
+    }
+    PyObject *slots = args[0], *segments = args[1];
+    Py_ssize_t index = PyLong_AsSsize_t(args[2]);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index < 0) {
+        PyErr_SetString(PyExc_ValueError, "extend_slots: start must be >= 0");
+        return NULL;
+    }
+    for (; index < PyList_GET_SIZE(segments); index++) {
+        PyObject *item = PyList_GET_ITEM(segments, index);
+        if (Py_TYPE(item) == run_type) {
+            PyObject *first = Py_TYPE(run_slots[RUN_SEQ0])->tp_descr_get(run_slots[RUN_SEQ0], item, NULL);
+            PyObject *end = first == NULL ? NULL : Py_TYPE(run_slots[RUN_END])->tp_descr_get(run_slots[RUN_END], item, NULL);
+            Py_ssize_t seq0 = first == NULL ? -1 : PyLong_AsSsize_t(first);
+            Py_ssize_t stop = end == NULL ? -1 : PyLong_AsSsize_t(end);
+            Py_XDECREF(first);
+            Py_XDECREF(end);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_ssize_t length = PyList_GET_SIZE(slots);
+            if (seq0 != length || stop < seq0) {
+                break; /* not right after the log: extend_segments says so */
+            }
+            if (stop == seq0) {
+                continue;
+            }
+            /* One insertion of the whole run: one resize of the list. */
+            Py_ssize_t count = stop - seq0;
+            PyObject *copies = PyList_New(count);
+            if (copies == NULL) {
+                return NULL;
+            }
+            for (Py_ssize_t k = 0; k < count; k++) {
+                PyList_SET_ITEM(copies, k, Py_NewRef(item));
+            }
+            int failed = PyList_SetSlice(slots, length, length, copies);
+            Py_DECREF(copies);
+            if (failed) {
+                return NULL;
+            }
+            continue;
+        }
+        if (Py_TYPE(item) != event_type) {
+            break;
+        }
+        PyObject *fields[EVENT_READ] = {NULL};
+        int failed = 0;
+        for (int k = 0; k < EVENT_READ && !failed; k++) {
+            PyObject *descriptor = event_slots[k];
+            fields[k] = Py_TYPE(descriptor)->tp_descr_get(descriptor, item, NULL);
+            failed = fields[k] == NULL;
+        }
+        int plain = 0;
+        if (!failed) {
+            int chunk = PyUnicode_Check(fields[EVENT_TYPE])
+                            ? PyUnicode_Compare(fields[EVENT_TYPE], chunk_type) == 0
+                            : 0;
+            failed = PyErr_Occurred() != NULL;
+            plain = !chunk || fields[EVENT_SURFACE] != Py_None
+                    || fields[EVENT_SOURCES] != Py_None || PyObject_IsTrue(fields[EVENT_IGNORABLE]);
+            failed = failed || PyErr_Occurred() != NULL;
+        }
+        if (!failed && plain) {
+            failed = PyList_Append(slots, item) < 0;
+            /* As EventLog.append: an event, its provenance and op are never in a cycle. */
+            PyObject *untracked[3] = {item, fields[EVENT_SOURCES], fields[EVENT_SURFACE]};
+            for (int k = 0; k < 3 && !failed; k++) {
+                if (PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
+                    PyObject_GC_UnTrack(untracked[k]);
+                }
+            }
+        }
+        for (int k = 0; k < EVENT_READ; k++) {
+            Py_XDECREF(fields[k]);
+        }
+        if (failed) {
+            return NULL;
+        }
+        if (!plain) {
+            break;
+        }
+    }
+    return PyLong_FromSsize_t(index);
+}
+
+/* setup_runs(run_type, event_type, chunk_type): what runs are built with and logs are
+   extended by. Every slot of run_type must be one this file sets. */
+static PyObject *
+setup_runs(PyObject *module, PyObject *args)
+{
+    PyObject *runs, *events, *chunk;
+    if (!PyArg_ParseTuple(args, "O!O!U", &PyType_Type, &runs, &PyType_Type, &events, &chunk)) {
+        return NULL;
+    }
+    PyObject *declared = PyObject_GetAttrString(runs, "__slots__");
+    if (declared == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PyObject_Length(declared);
+    Py_DECREF(declared);
+    if (count != RUN_SLOTS) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "setup_runs: the run type has %zd slots, this "
+                         "build sets %d", count, RUN_SLOTS);
+        }
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (member_kind_objects[i] == NULL
+            && (member_kind_objects[i] = PyUnicode_InternFromString(member_kinds[i])) == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *found[RUN_SLOTS + EVENT_READ] = {NULL};
+    for (int i = 0; i < RUN_SLOTS + EVENT_READ; i++) {
+        PyObject *owner = i < RUN_SLOTS ? runs : events;
+        const char *name = i < RUN_SLOTS ? run_slot_names[i] : event_slot_names[i - RUN_SLOTS];
+        found[i] = PyObject_GetAttrString(owner, name);
+        if (found[i] == NULL || !PyObject_TypeCheck(found[i], &PyMemberDescr_Type)) {
+            if (found[i] != NULL) {
+                PyErr_Format(PyExc_ValueError, "setup_runs: %s is not a slot", name);
+            }
+            for (int k = 0; k <= i; k++) {
+                Py_XDECREF(found[k]);
+            }
+            return NULL;
+        }
+    }
+    for (int i = 0; i < RUN_SLOTS + EVENT_READ; i++) {
+        if (i < RUN_SLOTS) {
+            Py_XSETREF(run_slots[i], found[i]);
+        }
+        else {
+            Py_XSETREF(event_slots[i - RUN_SLOTS], found[i]);
+        }
+    }
+    Py_INCREF(runs);
+    Py_XSETREF(run_type, (PyTypeObject *)runs);
+    Py_INCREF(events);
+    Py_XSETREF(event_type, (PyTypeObject *)events);
+    Py_INCREF(chunk);
+    Py_XSETREF(chunk_type, chunk);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1209,9 +1474,15 @@ static PyMethodDef methods[] = {
     {"event_from_json", event_from_json, METH_O,
      "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
-     "decode_records(records, start, expected, make_run, add_run, append, loads): take "
-     "the records from start on while each is a row or an envelope of the common form whose "
-     "seq is expected; return (where it stopped, the seq expected there)."},
+     "decode_records(records, start, expected, taken, loads): append to taken the run or "
+     "event of each record from start on while it is a row or an envelope of the common form "
+     "whose seq is expected; return (where it stopped, the seq expected there)."},
+    {"setup_runs", setup_runs, METH_VARARGS,
+     "setup_runs(run_type, event_type, chunk_type): what runs are built with and logs "
+     "extended by."},
+    {"extend_slots", (PyCFunction)(void (*)(void))extend_slots, METH_FASTCALL,
+     "extend_slots(slots, segments, start): add the whole runs and the events no run can "
+     "hold from segments[start] on to a log's slots; return where it stopped."},
     {"text_records", (PyCFunction)(void (*)(void))text_records, METH_FASTCALL,
      "text_records(cls, build, unparsable, data, start, stop, first_line, begins): the records "
      "of the lines of data[start:stop] up to the first not beginning with begins, each kept "

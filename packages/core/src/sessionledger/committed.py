@@ -15,7 +15,7 @@ from typing import Any, Final, final, overload
 
 import orjson
 
-from sessionledger.chunks import run_from_text, run_of_parsed_row, unpack_events, unpack_to_log
+from sessionledger.chunks import run_from_text, unpack_events, unpack_to_log
 from sessionledger.errors import (
     CorruptLogError,
     FormatUnsupportedError,
@@ -311,7 +311,6 @@ class _Decoder:
         common = _decode_common
         taken: list[SessionEvent | ChunkRun] = []
         if common is not None and type(events) is EventLog and type(records) is list:
-            steps = (run_of_parsed_row, taken.append, taken.append, orjson.loads)
             add_taken = events.extend_segments
         else:
             common = None
@@ -321,7 +320,7 @@ class _Decoder:
                 # The common records in one compiled call, added to the log in one more;
                 # the record it stops at (or the first, which sets the seqs to expect)
                 # takes the rules below.
-                index, self.expected = common(records, index, self.expected, *steps)
+                index, self.expected = common(records, index, self.expected, taken, orjson.loads)
                 add_taken(taken)
                 taken.clear()
                 if index == total:

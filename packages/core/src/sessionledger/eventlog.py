@@ -12,12 +12,13 @@ event is kept as it is (docs/reading.md, "memory").
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final, final, overload
 
 from sessionledger.events import SessionEvent, make_event
 from sessionledger.snapshot import (
+    ACCELERATOR,
     MAX_SAFE_INTEGER,
     FrozenDict,
     mark_shallow,
@@ -414,12 +415,21 @@ class EventLog(Sequence[SessionEvent]):
         self._close()
         self._slots.extend([run] * len(run))
 
-    def extend_segments(self, segments: Iterable[SessionEvent | ChunkRun]) -> None:
+    def extend_segments(self, segments: list[SessionEvent | ChunkRun]) -> None:
         """Add each of *segments* in order: an event as ``append`` adds it, a run as
         ``add_run`` does. A store's decoded records come in one call this way, and the
         common ones (an event no run can hold, a whole run) take no call of their own."""
         slots = self._slots
-        for item in segments:
+        index, total = 0, len(segments)
+        while index < total:
+            if self._open is None and _extend_slots is not None:
+                # The common items in one compiled pass; the one it stops at takes the
+                # rules below.
+                index = _extend_slots(slots, segments, index)
+                if index == total:
+                    break
+            item = segments[index]
+            index += 1
             if type(item) is ChunkRun:
                 if item.seq0 != len(slots):
                     raise ValueError(
@@ -557,3 +567,17 @@ class EventLog(Sequence[SessionEvent]):
 
     def __repr__(self) -> str:
         return f"<EventLog of {len(self._slots)} events>"
+
+
+def _compiled_extend() -> Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int] | None:
+    """The compiled common case of ``EventLog.extend_segments`` where the accelerator runs
+    (it also builds a stored row's run as ``ChunkRun.packed`` does), else None."""
+    if ACCELERATOR is None:
+        return None
+    ACCELERATOR.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    compiled: Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int]
+    compiled = ACCELERATOR.extend_slots
+    return compiled
+
+
+_extend_slots: Final = _compiled_extend()
