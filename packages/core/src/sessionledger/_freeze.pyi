@@ -12,14 +12,10 @@ def parse_row(
 def setup_events(make_event: object, reserved_types: frozenset[str], append: str) -> None: ...
 def event_from_json(envelope: object) -> Any: ...
 def decode_records(
-    records: list[Any],
-    start: int,
-    expected: int,
-    make_run: Any,
-    add_run: Any,
-    append: Any,
-    loads: Any,
+    records: list[Any], start: int, expected: int, taken: list[Any], loads: Any
 ) -> tuple[int, int]: ...
+def setup_runs(run_type: type[Any], event_type: type[Any], chunk_type: str) -> None: ...
+def extend_slots(slots: list[Any], segments: list[Any], start: int) -> int: ...
 def text_records(
     cls: type[Any],
     build: Any,
