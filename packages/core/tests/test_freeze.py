@@ -14,6 +14,7 @@ import importlib
 import os
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,6 +37,7 @@ from sessionledger.committed import scan_log
 from sessionledger.errors import CorruptLogError, LedgerError
 from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import APPEND, SessionEvent, SessionHeader, make_event, pure_from_json
+from sessionledger.lines import LineRecords
 from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
 from sessionledger.vocabulary import RESERVED_TYPES
@@ -738,18 +740,20 @@ committed_module = importlib.import_module("sessionledger.committed")
 LOG_HEADER = SessionHeader(id="s", created_at=0).to_json()
 
 
-def scan_outcome(records: list[RawRecord], *, common: bool) -> Any:
-    """What a load makes of *records* with or without the compiled common case: every
+def scan_outcome(records: list[RawRecord] | LineRecords, *, common: bool) -> Any:
+    """What a load makes of *records* with or without the compiled common cases: every
     event as stored, or the error it raises."""
-    saved = committed_module._decode_common
-    committed_module._decode_common = saved if common else None
+    saved = committed_module._decode_common, committed_module._decode_lines
+    if not common:
+        committed_module._decode_common = committed_module._decode_lines = None
     try:
-        raw = RawLog(LOG_HEADER, list(records), "r")
+        kept = records if type(records) is LineRecords else list(records)
+        raw = RawLog(LOG_HEADER, kept, "r")
         scanned = scan_log("s", raw, contiguous_from=0)
     except CorruptLogError as error:
         return f"{error}"
     finally:
-        committed_module._decode_common = saved
+        committed_module._decode_common, committed_module._decode_lines = saved
     assert type(scanned.events) is EventLog
     return [orjson.dumps(event.to_json()) for event in scanned.events]
 
@@ -805,6 +809,21 @@ def test_the_compiled_decode_loop_takes_a_log_as_the_rules_take_it(
     assert fast == scan_outcome(records, common=False)
     if set(ways) == {"text"}:
         assert fast == [orjson.dumps(envelope) for envelope in log]
+    lines = as_lines(records)  # the same records as a line-oriented store keeps them
+    assert scan_outcome(lines, common=True) == scan_outcome(list(lines), common=False)
+
+
+def as_lines(records: list[RawRecord]) -> LineRecords:
+    """*records* as ``LineRecords``: each text record a line of one buffer, each parsed one
+    a record of its own."""
+    data = b"".join(bytes(record.text) + b"\n" for record in records if record.text is not None)
+    lines, position = LineRecords(data), 0
+    for number, record in enumerate(records, start=2):
+        if record.text is None:
+            lines.add(record)
+        else:
+            position = lines.take_lines(position, data.index(b"\n", position) + 1, number)
+    return lines
 
 
 def small_log(notes: int, deltas: int) -> list[dict[str, Any]]:
@@ -836,6 +855,9 @@ def test_each_spoilt_record_at_each_place_is_taken_as_the_rules_take_it() -> Non
             records = [spoilt(text, how if k == at else "text") for k, text in enumerate(texts)]
             fast = scan_outcome(records, common=True)
             assert fast == scan_outcome(records, common=False), (at, how)
+            lines = as_lines(records)
+            in_lines = scan_outcome(lines, common=True)
+            assert in_lines == scan_outcome(list(lines), common=False), (at, how)
 
 
 def test_the_rules_see_no_record_of_a_written_log(
@@ -856,6 +878,7 @@ def test_the_rules_see_no_record_of_a_written_log(
 
     monkeypatch.setattr(committed_module, "_decode", counted)
     assert scan_outcome(records, common=True) == [orjson.dumps(event) for event in log]
+    assert scan_outcome(as_lines(records), common=True) == [orjson.dumps(e) for e in log]
     assert seen == []
     assert len(records) == 36  # the deltas are in rows
 
@@ -871,14 +894,14 @@ def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> 
     before = [sys.getrefcount(value) for value in held]
     for _ in range(300):
         taken: list[Any] = []
-        assert freeze.decode_records(records, 0, 5, taken, orjson.loads) == (0, 5)  # row at 4
+        assert freeze.decode_records(records, 0, 2, 5, taken, orjson.loads) == (0, 5)  # row: 4
         assert taken == []
-        assert freeze.decode_records(records, 0, 4, taken, orjson.loads) == (2, 7)
+        assert freeze.decode_records(records, 0, 2, 4, taken, orjson.loads) == (2, 7)
         assert [type(item) for item in taken] == [ChunkRun, SessionEvent]
         log = EventLog(SessionEvent("x/note", seq, 0, {}) for seq in range(4))
         log.extend_segments(taken)
         assert [event.seq for event in log] == list(range(7))
-        assert freeze.decode_records(records, 2, 7, taken, orjson.loads) == (2, 7)
+        assert freeze.decode_records(records, 2, 2, 7, taken, orjson.loads) == (2, 7)
     del taken, log
     assert [sys.getrefcount(value) for value in held] == before
 
@@ -886,14 +909,49 @@ def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> 
         raise RuntimeError("refused")
 
     with pytest.raises(RuntimeError, match="refused"):
-        freeze.decode_records(records, 1, 6, [], refuse)
+        freeze.decode_records(records, 1, 2, 6, [], refuse)
     with pytest.raises(TypeError):
-        freeze.decode_records(tuple(records), 0, 4, [], orjson.loads)
+        freeze.decode_records(tuple(records), 0, 2, 4, [], orjson.loads)
     with pytest.raises(TypeError):
-        freeze.decode_records(records, 0, 4, (), orjson.loads)
+        freeze.decode_records(records, 0, 2, 4, (), orjson.loads)
     with pytest.raises(ValueError):
-        freeze.decode_records(records, -1, 4, [], orjson.loads)
-    assert freeze.decode_records([RawRecord({}, 0, "x")], 0, 0, [], orjson.loads) == (0, 0)
+        freeze.decode_records(records, -1, 2, 4, [], orjson.loads)
+    assert freeze.decode_records([RawRecord({}, 0, "x")], 0, 1, 0, [], orjson.loads) == (0, 0)
+
+
+def test_the_compiled_decode_of_lines_keeps_no_references_and_checks_its_arguments() -> None:
+    freeze = compiled()
+    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    data = text_row() + b"\n" + b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}\n'
+    starts = array("q", [0, data.index(b"\n") + 1, -1])
+    before = sys.getrefcount(data), sys.getrefcount(starts)
+    for _ in range(300):
+        taken: list[Any] = []
+        assert freeze.decode_lines(data, starts, 0, 3, 5, taken, orjson.loads) == (0, 5)
+        assert freeze.decode_lines(data, starts, 0, 3, 4, taken, orjson.loads) == (2, 7)
+        assert [type(item) for item in taken] == [ChunkRun, SessionEvent]
+        assert freeze.decode_lines(data, starts, 1, 1, 6, taken, orjson.loads) == (1, 6)
+        far = array("q", [len(data)])
+        assert freeze.decode_lines(data, far, 0, 1, 4, taken, orjson.loads) == (0, 4)
+    del taken
+    assert (sys.getrefcount(data), sys.getrefcount(starts)) == before
+
+    def refuse(_: Any) -> None:
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        freeze.decode_lines(data, starts, 1, 3, 6, [], refuse)
+    for wrong in (array("i", [0]), array("d", [0.0]), [0, 1], b"\0" * 8):
+        with pytest.raises(TypeError):
+            freeze.decode_lines(data, wrong, 0, 1, 4, [], orjson.loads)
+    with pytest.raises(TypeError):
+        freeze.decode_lines(bytearray(data), starts, 0, 1, 4, [], orjson.loads)
+    for start, stop, expected in ((-1, 1, 4), (2, 1, 4), (0, 4, 4), (0, 1, -1)):
+        with pytest.raises(ValueError):
+            freeze.decode_lines(data, starts, start, stop, expected, [], orjson.loads)
+    with pytest.raises(BufferError):  # the starts cannot change while it reads them
+        freeze.decode_lines(data, starts, 1, 3, 6, [], lambda _: starts.append(0))
 
 
 def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot() -> None:
@@ -915,7 +973,7 @@ def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot(
         assert parsed is not None, row
         taken: list[Any] = []
         records = [RawRecord.of_text(row, 0, "line 2")]
-        assert freeze.decode_records(records, 0, parsed[1], taken, orjson.loads)[0] == 1
+        assert freeze.decode_records(records, 0, 1, parsed[1], taken, orjson.loads)[0] == 1
         (built,) = taken
         reference = run_of_parsed_row(parsed)
         for name in ChunkRun.__slots__:

@@ -1,9 +1,11 @@
-"""``split_batches`` takes the record lines of a log in runs (``RawRecord.of_lines``); it
-must split any bytes, damaged or not, exactly as a walk of the file line by line does."""
+"""``split_batches`` takes the record lines of a log in runs (``LineRecords.take_lines``);
+it must split any bytes, damaged or not, exactly as a walk of the file line by line does,
+and ``LineRecords`` must give the records ``RawRecord.of_text`` would make of each line."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -13,7 +15,8 @@ from hypothesis import strategies as st
 
 from sessionledger import SessionHeader
 from sessionledger.chunks import pack_chunk_runs
-from sessionledger.logstore import RawRecord
+from sessionledger.lines import LineRecords, pure_line_starts
+from sessionledger.logstore import UNPARSABLE, RawRecord
 from sessionledger.testing.strategies import session_logs
 from sessionledger_jsonl._format import (
     _RECORD_START,
@@ -24,9 +27,10 @@ from sessionledger_jsonl._format import (
 )
 
 logstore = importlib.import_module("sessionledger.logstore")
+lines_module = importlib.import_module("sessionledger.lines")
 
 
-def line_by_line(data: bytes, body: int) -> tuple[list[RawRecord], list[Any]]:
+def line_by_line(data: bytes, body: int) -> tuple[LineRecords, list[Any]]:
     """The split as the format describes it: each line in turn, a record line kept as
     text, any other parsed (a commit record, or damage)."""
     split = _Split(data, body)
@@ -35,15 +39,14 @@ def line_by_line(data: bytes, body: int) -> tuple[list[RawRecord], list[Any]]:
     while position < limit:
         end_at = data.find(b"\n", position)
         if data.startswith(_RECORD_START, position, end_at):
-            text = memoryview(data)[position:end_at]
-            split.records.append(RawRecord.of_text(text, position, f"line {number}", number))
+            assert split.records.take_lines(position, end_at + 1, number) == end_at + 1
         else:
             split.line(position, end_at, number)
         position, number = end_at + 1, number + 1
     return split.finish(limit, number)
 
 
-def seen(records: list[RawRecord]) -> list[tuple[Any, ...]]:
+def seen(records: Sequence[RawRecord]) -> list[tuple[Any, ...]]:
     """Everything a reader can see of *records*."""
     return [
         (
@@ -65,13 +68,13 @@ def assert_splits_alike(data: bytes) -> None:
     walked_records, walked_batches = line_by_line(data, body)
     assert seen(records) == seen(walked_records)
     assert batches == walked_batches
-    compiled = logstore._text_records
-    if compiled is not None:  # and the pure runs of lines alike
-        logstore._text_records = None
+    compiled = lines_module._line_starts
+    if compiled is not pure_line_starts:  # and the pure scan of lines alike
+        lines_module._line_starts = pure_line_starts
         try:
             pure_records, pure_batches = split_batches(data, body)
         finally:
-            logstore._text_records = compiled
+            lines_module._line_starts = compiled
         assert seen(pure_records) == seen(records)
         assert pure_batches == batches
 
@@ -146,22 +149,86 @@ def test_the_edges_of_a_run_of_record_lines_split_alike(tail: bytes) -> None:
     assert_splits_alike(data[: data.index(b"\n") + 1] + tail)
 
 
-def test_of_lines_stops_at_the_first_line_that_begins_otherwise() -> None:
+def scans() -> list[Any]:
+    """The line scans to test: the pure one, and the compiled one where it runs."""
+    return list({id(scan): scan for scan in (pure_line_starts, lines_module._line_starts)}.values())
+
+
+def test_take_lines_stops_at_the_first_line_that_begins_otherwise() -> None:
     data = b'{"type":1}\n{"type":2}\n{"commit":3}\n{"type":4}\n'
-    for compiled in (logstore._text_records, None):
-        saved = logstore._text_records
-        logstore._text_records = compiled
+    for scan in scans():
+        saved = lines_module._line_starts
+        lines_module._line_starts = scan
         try:
-            taken = RawRecord.of_lines(data, 0, len(data), 2, b'{"type":')
-            assert [(r.position, r.label, r.line, r.value) for r in taken] == [
+            records = LineRecords(data)
+            assert records.take_lines(0, len(data), 2, b'{"type":') == 22
+            assert [(r.position, r.label, r.line, r.value) for r in records] == [
                 (0, "line 2", 2, {"type": 1}),
                 (11, "line 3", 3, {"type": 2}),
             ]
-            assert len(RawRecord.of_lines(data, 0, len(data), 7)) == 4  # no prefix: all
-            assert RawRecord.of_lines(data, 22, 22, 2) == []
+            assert records.take_lines(22, 22, 9) == 22  # nothing to take
+            assert len(records) == 2
+            everything = LineRecords(data)
+            assert everything.take_lines(0, len(data), 7) == len(data)  # no prefix: all
+            assert [r.line for r in everything] == [7, 8, 9, 10]
             for start, stop, line in ((0, 5, 2), (-1, 11, 2), (0, len(data) + 1, 2),
                                       (11, 0, 2), (0, 11, -1)):  # fmt: skip
                 with pytest.raises(ValueError):
-                    RawRecord.of_lines(data, start, stop, line)
+                    LineRecords(data).take_lines(start, stop, line)
         finally:
-            logstore._text_records = saved
+            lines_module._line_starts = saved
+
+
+@st.composite
+def line_plans(draw: st.DrawFn) -> tuple[bytes, list[tuple[str, int]]]:
+    """Lines of text, and a plan: take a few lines at a time (some beginning otherwise),
+    or add a record of its own."""
+    texts = draw(st.lists(st.sampled_from([b"", b"a", b'{"type":1}', b"\xc3\xa9 x", b"{"]),
+                          max_size=12))  # fmt: skip
+    data = b"".join(text + b"\n" for text in texts)
+    plan = draw(st.lists(st.tuples(st.sampled_from(["take", "prefix", "add"]),
+                                   st.integers(0, 4)), max_size=10))  # fmt: skip
+    return data, plan
+
+
+@given(line_plans())
+def test_line_records_are_the_records_of_text_each_line_would_make(
+    case: tuple[bytes, list[tuple[str, int]]],
+) -> None:
+    data, plan = case
+    for scan in scans():
+        saved = lines_module._line_starts
+        lines_module._line_starts = scan
+        try:
+            records, expected = LineRecords(data), []
+            position, number = 0, 3
+            for how, count in plan:
+                if how == "add":
+                    own = RawRecord(UNPARSABLE, ("own", count), f"row {count}", None)
+                    records.add(own)
+                    expected.append(own)
+                    continue
+                stop = position
+                for _ in range(count):
+                    stop = data.find(b"\n", stop) + 1 or stop
+                begins = b"{" if how == "prefix" else b""
+                end = records.take_lines(position, stop, number, begins)
+                while position < end:
+                    line_end = data.index(b"\n", position)
+                    assert data.startswith(begins, position, line_end)
+                    text = memoryview(data)[position:line_end]
+                    expected.append(RawRecord.of_text(text, position, f"line {number}", number))
+                    position, number = line_end + 1, number + 1
+                assert end == stop or not data.startswith(begins, end, data.index(b"\n", end))
+            assert seen(records) == seen(expected)
+            assert seen(records[1:-1]) == seen(expected[1:-1])
+            assert len(records) == len(expected)
+            for index in range(-len(expected), len(expected)):
+                assert records.position(index) == expected[index].position
+                assert records.line(index) == expected[index].line
+                assert records[index].label == expected[index].label
+            for outside in (len(expected), -len(expected) - 1):
+                with pytest.raises(IndexError):
+                    records[outside]
+        finally:
+            lines_module._line_starts = saved

@@ -1011,9 +1011,9 @@ event_from_json(PyObject *module, PyObject *envelope)
     return events_ready() ? event_of(envelope) : NULL;
 }
 
-/* decode_records(records, start, expected, taken, loads): the common case of committed.py's
-   decode loop, with no Python frame per record. From records[start] on (a list of
-   RawRecord), while a record is JSON text (its text is not None) that parse_row takes, or
+/* decode_records(records, start, stop, expected, taken, loads): the common case of
+   committed.py's decode loop, with no Python frame per record. From records[start] up to
+   records[stop] (a list of RawRecord), while a record is JSON text (its text is not None) that parse_row takes, or
    that loads parses to an envelope event_from_json takes, and its first seq is
    *expected*: a row becomes its closed ChunkRun, an envelope its event, appended to the
    list *taken*. It stops at the first record that is not such and returns (its index,
@@ -1036,12 +1036,13 @@ hand_over(PyObject *taken, PyObject *item, long long *expected, Py_ssize_t count
     return 1;
 }
 
-/* Decode one record, the JSON text of *size* bytes at *bytes* (held by *text*, the object
-   loads is given): 1 when it was taken (*expected* moved on), 0 when it is left to the
-   caller, -1 with an exception set. */
+/* Decode one record, the JSON text of *size* bytes at *bytes*: 1 when it was taken
+   (*expected* moved on), 0 when it is left to the caller, -1 with an exception set. The
+   object loads is given is *text*, or when that is NULL a slice of the memoryview *whole*
+   from *first* (made only when a record needs loads). */
 static int
-decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, long long *expected,
-            PyObject *taken, PyObject *loads)
+decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, PyObject *whole,
+            Py_ssize_t first, long long *expected, PyObject *taken, PyObject *loads)
 {
     row_parts parts = {0};
     int found = parse_row_text(bytes, size, &parts);
@@ -1058,7 +1059,12 @@ decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, long lo
         return done;
     }
     row_parts_free(&parts);
-    PyObject *envelope = PyObject_CallOneArg(loads, text);
+    PyObject *sliced = text != NULL ? Py_NewRef(text) : PySequence_GetSlice(whole, first, first + size);
+    PyObject *envelope = sliced == NULL ? NULL : PyObject_CallOneArg(loads, sliced);
+    Py_XDECREF(sliced);
+    if (sliced == NULL) {
+        return -1;
+    }
     if (envelope == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
             return -1;
@@ -1090,9 +1096,9 @@ decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, long lo
 static PyObject *
 decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[3])) {
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError,
-                        "decode_records(list, start, expected, taken: list, loads)");
+                        "decode_records(list, start, stop, expected, taken: list, loads)");
         return NULL;
     }
     if (!events_ready() || !runs_ready()) {
@@ -1103,16 +1109,18 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *records = args[0];
     Py_ssize_t index = PyLong_AsSsize_t(args[1]);
-    long long expected = PyLong_AsLongLong(args[2]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    long long expected = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) {
         return NULL;
     }
-    if (index < 0 || expected < 0) {
-        PyErr_SetString(PyExc_ValueError, "decode_records: start and expected must be >= 0");
+    if (index < 0 || expected < 0 || stop < index) {
+        PyErr_SetString(PyExc_ValueError,
+                        "decode_records: 0 <= start <= stop, and expected must be >= 0");
         return NULL;
     }
     /* The list is read afresh each time: loads could, in principle, change it. */
-    while (index < PyList_GET_SIZE(records)) {
+    while (index < stop && index < PyList_GET_SIZE(records)) {
         PyObject *record = Py_NewRef(PyList_GET_ITEM(records, index));
         PyObject *text = PyObject_GetAttr(record, text_name);
         Py_DECREF(record);
@@ -1126,8 +1134,8 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 PyErr_Clear(); /* no bytes: the caller's */
             }
             else {
-                taken = decode_text((const unsigned char *)view.buf, view.len, text, &expected,
-                                    args[3], args[4]);
+                taken = decode_text((const unsigned char *)view.buf, view.len, text, NULL, 0,
+                                    &expected, args[4], args[5]);
                 PyBuffer_Release(&view);
             }
         }
@@ -1141,6 +1149,124 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         index++;
     }
     return Py_BuildValue("(nL)", index, expected);
+}
+
+/* decode_lines(data, starts, start, stop, expected, taken, loads): decode_records for the
+   records of a lines.LineRecords: record k is the line of *data* that starts at
+   starts[k] (an array of 8-byte ints; -1 for a record of its own, where it stops), up to
+   its newline. From record *start* up to *stop*, each line is taken as decode_records
+   takes a record's text; it returns (where it stopped, the seq expected there). */
+static PyObject *
+decode_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "decode_lines(data: bytes, starts, start, stop, "
+                                         "expected, taken: list, loads)");
+        return NULL;
+    }
+    if (!events_ready() || !runs_ready()) {
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[3]);
+    long long expected = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer starts;
+    if (PyObject_GetBuffer(args[1], &starts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (starts.itemsize != 8 || starts.format == NULL || strcmp(starts.format, "q") != 0) {
+        PyBuffer_Release(&starts);
+        PyErr_SetString(PyExc_TypeError, "decode_lines: starts must be an array of 8-byte ints");
+        return NULL;
+    }
+    Py_ssize_t count = starts.len / 8;
+    if (index < 0 || expected < 0 || stop < index || stop > count) {
+        PyBuffer_Release(&starts);
+        PyErr_SetString(PyExc_ValueError, "decode_lines: 0 <= start <= stop <= len(starts), "
+                                          "expected >= 0");
+        return NULL;
+    }
+    const long long *at = (const long long *)starts.buf;
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    PyObject *view = PyMemoryView_FromObject(args[0]);
+    int failed = view == NULL;
+    for (; !failed && index < stop; index++) {
+        long long first = at[index];
+        if (first < 0 || first >= size) {
+            break; /* a record of its own, or nothing of data: the caller's */
+        }
+        const unsigned char *line = base + first;
+        const unsigned char *end = memchr(line, '\n', (size_t)(size - first));
+        if (end == NULL) {
+            break;
+        }
+        int taken = decode_text(line, end - line, NULL, view, (Py_ssize_t)first, &expected,
+                                args[5], args[6]);
+        failed = taken < 0;
+        if (taken == 0) {
+            break;
+        }
+    }
+    Py_XDECREF(view);
+    PyBuffer_Release(&starts);
+    return failed ? NULL : Py_BuildValue("(nL)", index, expected);
+}
+
+/* line_starts(data, start, stop, begins): where each line of data[start:stop] (each ended
+   by a newline) begins, packed as 8-byte ints in a bytes object, up to the first line that
+   does not begin with *begins*; and where the lines taken end. lines.LineRecords'
+   take_lines keeps them; pure_line_starts there is the same in Python. */
+static PyObject *
+line_starts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "line_starts(data: bytes, start, stop, begins: bytes)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    const char *base = PyBytes_AS_STRING(args[0]);
+    if (start < 0 || stop > PyBytes_GET_SIZE(args[0]) || start > stop
+        || (stop > start && base[stop - 1] != '\n')) {
+        PyErr_SetString(PyExc_ValueError,
+                        "line_starts: start:stop must be within data and end with a newline");
+        return NULL;
+    }
+    const char *begins = PyBytes_AS_STRING(args[3]);
+    size_t begins_size = (size_t)PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t room = 64, taken = 0;
+    long long *found = PyMem_Malloc((size_t)room * sizeof(long long));
+    if (found == NULL) {
+        return PyErr_NoMemory();
+    }
+    const char *p = base + start, *end = base + stop;
+    while (p < end) {
+        const char *newline = memchr(p, '\n', (size_t)(end - p)); /* found: end[-1] is one */
+        if ((size_t)(newline - p) < begins_size || memcmp(p, begins, begins_size) != 0) {
+            break;
+        }
+        if (taken == room) {
+            room *= 2;
+            long long *more = PyMem_Realloc(found, (size_t)room * sizeof(long long));
+            if (more == NULL) {
+                PyMem_Free(found);
+                return PyErr_NoMemory();
+            }
+            found = more;
+        }
+        found[taken++] = (long long)(p - base);
+        p = newline + 1;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize((const char *)found, taken * 8);
+    PyMem_Free(found);
+    return packed == NULL ? NULL : Py_BuildValue("(Nn)", packed, (Py_ssize_t)(p - base));
 }
 
 /* extend_slots(slots, segments, start): the common case of EventLog.extend_segments, for a
@@ -1332,97 +1458,6 @@ setup_events(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* text_records(cls, build, unparsable, data, start, stop, first_line, begins): the
-   records of the lines of data[start:stop], each ended by a newline, up to the first that
-   does not begin with *begins*, as logstore's RawRecord.of_lines makes them in Python:
-   each kept as its text (a memoryview of *data*) for *build* to parse, at its byte
-   offset, labelled "line N" from *first_line*. One pass, no Python frame per line: a
-   JSONL log of a million events has 80k such lines. */
-
-static PyObject *record_slots[6] = {NULL}; /* RawRecord's slots, in the order set below */
-
-static int
-set_record(PyObject *record, PyObject *values[6])
-{
-    for (int i = 0; i < 6; i++) {
-        if (PyObject_SetAttr(record, record_slots[i], values[i]) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static PyObject *
-text_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 8 || !PyType_Check(args[0]) || !PyBytes_CheckExact(args[7])) {
-        PyErr_SetString(PyExc_TypeError, "text_records(cls, build, unparsable, data, start, "
-                                         "stop, first_line, begins: bytes)");
-        return NULL;
-    }
-    static const char *const names[6] = {"_value", "_build", "_args", "position", "label", "line"};
-    for (int i = 0; i < 6; i++) {
-        if (record_slots[i] == NULL
-            && (record_slots[i] = PyUnicode_InternFromString(names[i])) == NULL) {
-            return NULL;
-        }
-    }
-    PyTypeObject *cls = (PyTypeObject *)args[0];
-    Py_ssize_t start = PyLong_AsSsize_t(args[4]);
-    Py_ssize_t stop = PyLong_AsSsize_t(args[5]);
-    long long line = PyLong_AsLongLong(args[6]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_buffer buffer;
-    if (PyObject_GetBuffer(args[3], &buffer, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    const char *base = (const char *)buffer.buf;
-    if (start < 0 || stop > buffer.len || start > stop || line < 0
-        || (stop > start && base[stop - 1] != '\n')) {
-        PyBuffer_Release(&buffer);
-        PyErr_SetString(PyExc_ValueError,
-                        "text_records: start:stop must be within data and end with a newline");
-        return NULL;
-    }
-    PyObject *view = PyMemoryView_FromObject(args[3]);
-    PyObject *out = view == NULL ? NULL : PyList_New(0);
-    const char *p = base + start, *end = base + stop;
-    const char *begins = PyBytes_AS_STRING(args[7]);
-    size_t begins_size = (size_t)PyBytes_GET_SIZE(args[7]);
-    while (out != NULL && p < end) {
-        const char *newline = memchr(p, '\n', (size_t)(end - p)); /* found: end[-1] is one */
-        if ((size_t)(newline - p) < begins_size || memcmp(p, begins, begins_size) != 0) {
-            break;
-        }
-        char label[32];
-        int label_size = snprintf(label, sizeof label, "line %lld", line);
-        PyObject *values[6] = {args[2], args[1], NULL, NULL, NULL, NULL};
-        PyObject *record = NULL;
-        PyObject *text = PySequence_GetSlice(view, p - base, newline - base);
-        int ok = text != NULL && (values[2] = PyTuple_Pack(1, text)) != NULL
-                 && (values[3] = PyLong_FromSsize_t(p - base)) != NULL
-                 && (values[4] = PyUnicode_FromStringAndSize(label, label_size)) != NULL
-                 && (values[5] = PyLong_FromLongLong(line)) != NULL
-                 && (record = cls->tp_alloc(cls, 0)) != NULL && set_record(record, values) == 0
-                 && PyList_Append(out, record) == 0;
-        for (int i = 2; i < 6; i++) {
-            Py_XDECREF(values[i]);
-        }
-        Py_XDECREF(record);
-        Py_XDECREF(text);
-        if (!ok) {
-            Py_CLEAR(out);
-        }
-        p = newline + 1;
-        line++;
-    }
-    Py_XDECREF(view);
-    PyBuffer_Release(&buffer);
-    return out;
-}
-
 static PyObject *
 untrack(PyObject *module, PyObject *const *objects, Py_ssize_t count)
 {
@@ -1474,8 +1509,8 @@ static PyMethodDef methods[] = {
     {"event_from_json", event_from_json, METH_O,
      "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
-     "decode_records(records, start, expected, taken, loads): append to taken the run or "
-     "event of each record from start on while it is a row or an envelope of the common form "
+     "decode_records(records, start, stop, expected, taken, loads): append to taken the run "
+     "or event of each record from start up to stop while it is a row or an envelope of the common form "
      "whose seq is expected; return (where it stopped, the seq expected there)."},
     {"setup_runs", setup_runs, METH_VARARGS,
      "setup_runs(run_type, event_type, chunk_type): what runs are built with and logs "
@@ -1483,10 +1518,12 @@ static PyMethodDef methods[] = {
     {"extend_slots", (PyCFunction)(void (*)(void))extend_slots, METH_FASTCALL,
      "extend_slots(slots, segments, start): add the whole runs and the events no run can "
      "hold from segments[start] on to a log's slots; return where it stopped."},
-    {"text_records", (PyCFunction)(void (*)(void))text_records, METH_FASTCALL,
-     "text_records(cls, build, unparsable, data, start, stop, first_line, begins): the records "
-     "of the lines of data[start:stop] up to the first not beginning with begins, each kept "
-     "as its text."},
+    {"decode_lines", (PyCFunction)(void (*)(void))decode_lines, METH_FASTCALL,
+     "decode_lines(data, starts, start, stop, expected, taken, loads): decode_records for "
+     "the lines of data that start at starts[start:stop]."},
+    {"line_starts", (PyCFunction)(void (*)(void))line_starts, METH_FASTCALL,
+     "line_starts(data, start, stop, begins): where each line of data[start:stop] begins, "
+     "packed, up to the first not beginning with begins; and where they end."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},

@@ -10,7 +10,7 @@ they live here once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
 
 import orjson
@@ -24,6 +24,7 @@ from sessionledger.errors import (
 )
 from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
 from sessionledger.events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
+from sessionledger.lines import LineRecords
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
 from sessionledger.registry import EventTypeRegistry, unknown_type_in_log
 from sessionledger.snapshot import ACCELERATOR
@@ -292,7 +293,7 @@ class _Decoder:
                 batch.line,
             )
         added = len(self.events)
-        self.records(self.raw.records[batch.start : batch.end], batch)
+        self.records(self.raw.records, batch, batch.start, batch.end)
         count = len(self.events) - added
         if batch.first_seq is not None and batch.end_seq is not None:
             stated = batch.end_seq - batch.first_seq
@@ -304,24 +305,33 @@ class _Decoder:
                 )
 
     def records(
-        self, records: Sequence[RawRecord], batch: RawBatch | None
+        self,
+        records: Sequence[RawRecord],
+        batch: RawBatch | None,
+        start: int = 0,
+        stop: int | None = None,
     ) -> EventLog | list[SessionEvent]:
-        """Take *records*, or raise ``CorruptLogError`` at the first that is damaged."""
+        """Take ``records[start:stop]``, or raise ``CorruptLogError`` at the first that is
+        damaged."""
         events = self.events
-        common = _decode_common
+        index, total = start, len(records) if stop is None else stop
         taken: list[SessionEvent | ChunkRun] = []
-        if common is not None and type(events) is EventLog and type(records) is list:
-            add_taken = events.extend_segments
-        else:
-            common = None
-        index, total = 0, len(records)
+        common: Callable[..., tuple[int, int]] | None = None
+        source: tuple[Any, ...] = ()
+        log = events if type(events) is EventLog else None
+        if log is not None and type(records) is LineRecords:
+            common, source = _decode_lines, (records.data, records.line_starts)
+        elif log is not None and type(records) is list:
+            common, source = _decode_common, (records,)
         while index < total:
-            if common is not None and self.expected is not None:
+            if common is not None and log is not None and self.expected is not None:
                 # The common records in one compiled call, added to the log in one more;
                 # the record it stops at (or the first, which sets the seqs to expect)
                 # takes the rules below.
-                index, self.expected = common(records, index, self.expected, taken, orjson.loads)
-                add_taken(taken)
+                index, self.expected = common(
+                    *source, index, total, self.expected, taken, orjson.loads
+                )
+                log.extend_segments(taken)
                 taken.clear()
                 if index == total:
                     break
@@ -380,8 +390,10 @@ _RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
 #: The decode loop's common case in one compiled call, where the accelerator runs: from a
 #: given record on, it takes the rows and envelopes in the writer's form whose seqs
 #: continue, exactly as ``_decode`` and the loop would take them, and stops at the first
-#: other record, for the rules to take (the tests compare both on generated logs).
+#: other record, for the rules to take (the tests compare both on generated logs). One
+#: takes a list of records, the other the lines of ``LineRecords`` from their bytes.
 _decode_common = ACCELERATOR.decode_records if ACCELERATOR is not None else None
+_decode_lines = ACCELERATOR.decode_lines if ACCELERATOR is not None else None
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:

@@ -27,7 +27,6 @@ from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.listing import SessionQuery, StoredSummary
 from sessionledger.searching import IndexedText, TextQuery
-from sessionledger.snapshot import ACCELERATOR
 from sessionledger.summaries import SessionSummary
 
 __all__ = [
@@ -124,37 +123,6 @@ class RawRecord:
         """A record kept as its JSON *text*, parsed (``parse_json``) when read."""
         return cls.deferred(parse_json, (text,), position, label, line)
 
-    @classmethod
-    def of_lines(
-        cls, data: bytes, start: int, stop: int, first_line: int, begins: bytes = b""
-    ) -> list[RawRecord]:
-        """The records of the lines of ``data[start:stop]``, each ended by a newline, up to
-        the first that does not begin with *begins*: each kept as its text (``of_text``, a
-        view of *data*), positioned at its byte offset and labelled ``"line N"`` from
-        *first_line*. What a line-oriented store hands over for its record lines, made in
-        one compiled pass where the accelerator runs."""
-        if _text_records is not None:
-            made: list[RawRecord] = _text_records(
-                cls, parse_json, UNPARSABLE, data, start, stop, first_line, bytes(begins)
-            )
-            return made
-        if (
-            not 0 <= start <= stop <= len(data)
-            or (stop > start and data[stop - 1] != 10)
-            or first_line < 0
-        ):
-            raise ValueError("start:stop must be within data and end with a newline")
-        view = memoryview(data)
-        records = []
-        line, find, starts = first_line, data.find, data.startswith
-        while start < stop:
-            end = find(b"\n", start)
-            if not starts(begins, start, end):
-                break
-            records.append(cls.of_text(view[start:end], start, f"line {line}", line))
-            start, line = end + 1, line + 1
-        return records
-
     @property
     def value(self) -> Any:
         """The parsed JSON value, or ``UNPARSABLE``."""
@@ -169,11 +137,6 @@ class RawRecord:
 
     def __repr__(self) -> str:
         return f"RawRecord(label={self.label!r}, position={self.position!r})"
-
-
-#: The compiled ``RawRecord.of_lines`` where the accelerator runs (it builds the same
-#: records; the tests compare both).
-_text_records = ACCELERATOR.text_records if ACCELERATOR is not None else None
 
 
 def parse_json(text: bytes | memoryview) -> Any:

@@ -27,6 +27,7 @@ import orjson
 from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError, FormatUnsupportedError, LedgerError
 from sessionledger.events import SessionHeader
+from sessionledger.lines import LineRecords
 from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord, parse_json
 from sessionledger.snapshot import brief
 
@@ -175,7 +176,7 @@ def _check(
 
 def split_batches(
     data: bytes, body: int, path: str | None = None
-) -> tuple[list[RawRecord], list[RawBatch]]:
+) -> tuple[LineRecords, list[RawBatch]]:
     """Split a log's bytes after the header (*body* is where the records start) into its
     records and its batches, checking each batch against its commit record.
 
@@ -186,21 +187,18 @@ def split_batches(
     incomplete batch.
     """
     split = _Split(data, body)
-    # Lines are parsed in place (views of *data*): a copy of a large log, and another
-    # split into lines, would double a cold load's peak memory for nothing.
+    # Record lines are kept where they are in *data* (LineRecords): a copy of a large
+    # log, or a record object per line, would cost a cold load for nothing.
     limit = max(data.rfind(b"\n") + 1, body)  # after the last complete line
     position, number = body, 2
     records, find = split.records, data.find
     while position < limit:
         # The lines from here that begin as every record line does, in one step: none of
-        # them can be a commit record, and each is kept unparsed (RawRecord.of_lines), for
-        # the decode to parse when it reaches it, so a log's parsed form is never whole in
-        # memory.
-        taken = RawRecord.of_lines(data, position, limit, number, _RECORD_START)
-        if taken:
-            records.extend(taken)
-            position = find(b"\n", taken[-1].position) + 1
-            number += len(taken)
+        # them can be a commit record, and each is kept unparsed, for the decode to parse
+        # when it reaches it, so a log's parsed form is never whole in memory.
+        before = len(records)
+        position = records.take_lines(position, limit, number, _RECORD_START)
+        number += len(records) - before
         if position < limit:  # a line that begins otherwise: a commit record, or damage
             end_at = find(b"\n", position)
             split.line(position, end_at, number)
@@ -228,7 +226,7 @@ class _Split:
         self.body = body
         self.view = memoryview(data)
         self.header_crcs = _header_crcs(self.view, body)  # the first batch's covers it
-        self.records: list[RawRecord] = []
+        self.records = LineRecords(data)
         self.batches: list[RawBatch] = []
         self.start = body  # where the current batch begins
         self.first_record = 0
@@ -242,20 +240,20 @@ class _Split:
         value = parse_line(line)
         fields = _commit_fields(value)
         if fields is None:
-            records.append(RawRecord(value, position, f"line {number}", number))
+            records.add(RawRecord(value, position, f"line {number}", number))
             return
         first_record = self.first_record
         pending = len(records) - first_record
         counted = fields.get("records")
         ours = counted if type(counted) is int and 0 <= counted <= pending else pending
         split = len(records) - ours  # where the lines this commit record counts begin
-        begin = records[split].position if ours else position
+        begin = records.position(split) if ours else position
         # Only a batch that starts right after the header has it in its checksum.
         view, crcs = self.view, self.header_crcs
         problem, first, end = _checked(fields, ours, view[begin:position], crcs, begin == self.body)
         if problem is None and split > first_record:
             # Lines no commit record accounts for, before an intact batch: damage.
-            label = f"lines {self.first_line}-{records[split - 1].line}"
+            label = f"lines {self.first_line}-{records.line(split - 1)}"
             batches.append(
                 RawBatch(
                     first_record, split, self.start, label, "lines no batch holds",
@@ -263,7 +261,7 @@ class _Split:
                 )
             )  # fmt: skip
             self.first_record, self.start = split, begin
-            self.first_line = records[split].line or self.first_line
+            self.first_line = records.line(split) or self.first_line
         elif problem is not None:
             split, begin = self.first_record, self.start
             problem, first, end = _checked(
@@ -275,12 +273,12 @@ class _Split:
         )
         self.start, self.first_record, self.first_line = end_at + 1, len(records), number + 1
 
-    def finish(self, limit: int, number: int) -> tuple[list[RawRecord], list[RawBatch]]:
+    def finish(self, limit: int, number: int) -> tuple[LineRecords, list[RawBatch]]:
         """Take what follows the last complete line (*limit*, line *number*) and return the
         records and batches."""
         records, batches = self.records, self.batches
         if len(self.data) > limit:  # a torn fragment after the last complete line
-            records.append(RawRecord(UNPARSABLE, limit, f"line {number}", number))
+            records.add(RawRecord(UNPARSABLE, limit, f"line {number}", number))
         if self.first_record < len(records):
             label = f"batch {len(batches) + 1} (from line {self.first_line})"
             batches.append(
