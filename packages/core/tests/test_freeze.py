@@ -36,7 +36,7 @@ from sessionledger.chunks import (
 from sessionledger.committed import scan_log
 from sessionledger.errors import CorruptLogError, LedgerError
 from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
-from sessionledger.events import APPEND, SessionEvent, SessionHeader, make_event, pure_from_json
+from sessionledger.events import APPEND, SessionEvent, SessionHeader, pure_from_json
 from sessionledger.lines import LineRecords
 from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
@@ -619,7 +619,7 @@ def test_the_pure_path_parses_every_row() -> None:
 def event_builder() -> Any:
     """The compiled build, set up as events.py sets it up (it does so only when chosen)."""
     freeze = compiled()
-    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     return freeze.event_from_json
 
 
@@ -638,7 +638,10 @@ def assert_builds_as_pure(envelope: Any) -> SessionEvent | None:
         return None
     expected = pure_outcome(envelope)
     assert type(expected) is SessionEvent, (envelope, expected)
+    assert type(built) is SessionEvent  # built in C as make_event builds it
     assert built == expected
+    with pytest.raises(AttributeError):
+        built.seq = 0  # type: ignore[misc]
     fields = ("type", "seq", "time", "surface_op", "source_event_seqs", "ignorable")
     assert [type(getattr(built, name)) for name in fields] == [
         type(getattr(expected, name)) for name in fields
@@ -885,8 +888,8 @@ def test_the_rules_see_no_record_of_a_written_log(
 
 def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> None:
     freeze = compiled()
-    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
     row = text_row()  # seqs 4 and 5
     text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}'
     records = [RawRecord.of_text(row, 0, "line 2"), RawRecord.of_text(text, 0, "line 3")]
@@ -921,8 +924,8 @@ def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> 
 
 def test_the_compiled_decode_of_lines_keeps_no_references_and_checks_its_arguments() -> None:
     freeze = compiled()
-    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
     data = text_row() + b"\n" + b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}\n'
     starts = array("q", [0, data.index(b"\n") + 1, -1])
     before = sys.getrefcount(data), sys.getrefcount(starts)
@@ -959,8 +962,8 @@ def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot(
     # ChunkRun.packed puts there (a slot added to ChunkRun fails setup_runs until the C
     # build sets it too).
     freeze = compiled()
-    freeze.setup_events(make_event, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
     rows = [
         text_row(),
         text_row(tag="reasoning-chunks", texts='["\\u00e9","中😀"]'),
@@ -981,3 +984,29 @@ def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot(
             assert type(mine) is type(theirs), name
             assert mine == theirs, name
         assert not gc.is_tracked(built)
+
+
+# -- provenance that rises (surface._check_sources' compiled shortcut) --
+
+
+def rises(seqs: Any) -> bool:
+    """What ``ascending`` must say: a non-empty tuple of exact ints, strictly rising."""
+    return (
+        type(seqs) is tuple
+        and len(seqs) > 0
+        and all(type(seq) is int for seq in seqs)
+        and all(a < b for a, b in zip(seqs, seqs[1:]))
+    )
+
+
+@given(
+    st.lists(st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, True, 1.0, SAFE, 2**63]))
+    | st.lists(st.integers(0, 50), unique=True).map(sorted)
+)
+def test_ascending_says_whether_a_tuple_of_ints_rises_strictly(items: list[Any]) -> None:
+    freeze = compiled()
+    assert freeze.ascending(tuple(items)) is rises(tuple(items))
+    assert freeze.ascending(items) is False  # only a tuple, as the events hold them
+    assert freeze.ascending(tuple(Number(item) for item in items if type(item) is int)) is (
+        False
+    )

@@ -262,29 +262,55 @@ freeze_sequence(PyObject *module, PyObject *source)
     return out != NULL ? out : none_unless_error();
 }
 
-static PyObject *array_type = NULL; /* array.array, imported on first use */
+/* One empty-of-meaning array per item code ("I", "q"), made on first use: an array of
+   *size* items is the template repeated, then filled through its buffer. Two calls into
+   the array module per array, neither parsing arguments. */
+static PyObject *array_templates[2] = {NULL, NULL};
 
 static PyObject *
 make_array(const char *kind, const void *items, Py_ssize_t size)
 {
-    if (array_type == NULL) {
+    int which = kind[0] == 'q';
+    if (array_templates[which] == NULL) {
         PyObject *module = PyImport_ImportModule("array");
         if (module == NULL) {
             return NULL;
         }
-        array_type = PyObject_GetAttrString(module, "array");
+        PyObject *template = PyObject_CallMethod(module, "array", "s[i]", kind, 0);
         Py_DECREF(module);
-        if (array_type == NULL) {
+        if (template == NULL) {
             return NULL;
         }
+        array_templates[which] = template;
     }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)items, size);
-    if (raw == NULL) {
+    Py_buffer one;
+    if (PyObject_GetBuffer(array_templates[which], &one, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    PyObject *out = PyObject_CallFunction(array_type, "sO", kind, raw);
-    Py_DECREF(raw);
-    if (out != NULL) {
+    Py_ssize_t width = one.len;
+    PyBuffer_Release(&one);
+    if (width <= 0 || size % width != 0) {
+        PyErr_SetString(PyExc_SystemError, "make_array: size is not a whole number of items");
+        return NULL;
+    }
+    PyObject *out = PySequence_Repeat(array_templates[which], size / width);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (view.len != size) {
+        PyBuffer_Release(&view);
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "make_array: the array is not of the size asked");
+        return NULL;
+    }
+    memcpy(view.buf, items, (size_t)size);
+    PyBuffer_Release(&view);
+    if (PyObject_GC_IsTracked(out)) {
         PyObject_GC_UnTrack(out); /* an array holds no object */
     }
     return out;
@@ -477,6 +503,22 @@ hex_digit(unsigned char c)
     return -1;
 }
 
+/* The bytes a JSON string holds as they are: 1 for ASCII, 2 for a byte of a multi-byte
+   sequence; 0 for the quote, the backslash and the control characters below 0x20. */
+static const unsigned char plain_byte[256] = {
+#define ASCII16 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
+#define HIGH16 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x22 is the quote */
+    ASCII16, ASCII16,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x5C is the backslash */
+    ASCII16, ASCII16,
+    HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
+#undef ASCII16
+#undef HIGH16
+};
+
 /* A JSON string (at its opening quote), its UTF-8 appended at *out* (room for the
    string's own length is there: decoding never grows it); *chars* gets its code points
    (counted as the bytes that do not continue a sequence; the caller's strict UTF-8
@@ -492,6 +534,26 @@ json_string(cursor *at, unsigned char **out, Py_ssize_t *chars)
     }
     p++;
     for (;;) {
+        /* A run of bytes that stand for themselves, copied at once; its code points are
+           its bytes unless one of them is not ASCII. */
+        const unsigned char *run = p;
+        int high = 0;
+        unsigned char kind;
+        while (p < at->end && (kind = plain_byte[*p]) != 0) {
+            high |= kind;
+            p++;
+        }
+        size_t length = (size_t)(p - run);
+        memcpy(o, run, length);
+        o += length;
+        if (high & 2) {
+            for (size_t i = 0; i < length; i++) {
+                count += (run[i] & 0xC0) != 0x80;
+            }
+        }
+        else {
+            count += (Py_ssize_t)length;
+        }
         if (p >= at->end) {
             return 0;
         }
@@ -502,12 +564,6 @@ json_string(cursor *at, unsigned char **out, Py_ssize_t *chars)
         }
         if (c < 0x20) {
             return 0; /* a raw control character: not JSON */
-        }
-        if (c != '\\') {
-            *o++ = c;
-            count += (c & 0xC0) != 0x80;
-            p++;
-            continue;
         }
         if (at->end - p < 2) {
             return 0;
@@ -786,14 +842,27 @@ static PyObject *run_slots[RUN_SLOTS];    /* its member descriptors */
 static const char *const member_kinds[3] = {"text-delta", "reasoning-delta", "tool-call-delta"};
 static PyObject *member_kind_objects[3] = {NULL, NULL, NULL};
 
-/* event_slots: SessionEvent's member descriptors that extend_slots reads. */
-enum { EVENT_TYPE, EVENT_SURFACE, EVENT_SOURCES, EVENT_IGNORABLE, EVENT_READ };
-static const char *const event_slot_names[EVENT_READ] = {
-    "type", "surface_op", "source_event_seqs", "ignorable",
-};
-static PyTypeObject *event_type = NULL;   /* events.SessionEvent */
-static PyObject *event_slots[EVENT_READ];
 static PyObject *chunk_type = NULL;       /* "assistant/chunk": the one type a run holds */
+
+/* The member descriptors of *type* named *names* (new references into *out*), each checked
+   to be a slot: 0, or -1 with an exception set and nothing kept. */
+static int
+slot_descriptors(PyObject *type, const char *const *names, int count, PyObject **out)
+{
+    for (int i = 0; i < count; i++) {
+        out[i] = PyObject_GetAttrString(type, names[i]);
+        if (out[i] == NULL || !PyObject_TypeCheck(out[i], &PyMemberDescr_Type)) {
+            if (out[i] != NULL) {
+                PyErr_Format(PyExc_ValueError, "%s is not a slot", names[i]);
+            }
+            for (int k = 0; k <= i; k++) {
+                Py_CLEAR(out[k]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
 
 static int
 runs_ready(void)
@@ -870,11 +939,21 @@ parse_row(PyObject *module, PyObject *source)
    a non-empty str type that is no storage tag, a safe non-negative int seq, a safe int
    time, a dict data the fast freeze accepts, surfaceOp absent or "append", sourceEventSeqs
    absent or a list or tuple of safe non-negative ints, ignorable absent or true. The
-   event is built by make_event, as from_json builds it. Anything else returns None and
+   event is built as from_json builds it (make_event). Anything else returns None and
    from_json decides, and says what is wrong; the tests compare both on generated
    envelopes. */
 
-static PyObject *make_event = NULL;     /* events.make_event, set by setup_events() */
+/* SessionEvent's slots (its fields), set and read through their descriptors: an event is
+   built here as make_event builds it, with no Python frame. */
+enum {
+    EVENT_TYPE, EVENT_SEQ, EVENT_TIME, EVENT_DATA, EVENT_SURFACE, EVENT_SOURCES,
+    EVENT_IGNORABLE, EVENT_SLOTS
+};
+static const char *const event_slot_names[EVENT_SLOTS] = {
+    "type", "seq", "time", "data", "surface_op", "source_event_seqs", "ignorable",
+};
+static PyTypeObject *event_type = NULL;   /* events.SessionEvent, set by setup_events() */
+static PyObject *event_slots[EVENT_SLOTS];
 static PyObject *reserved_types = NULL; /* RESERVED_TYPES: types a stored event cannot have */
 static PyObject *append_op = NULL;      /* events.APPEND */
 static PyObject *envelope_keys[7] = {NULL};
@@ -917,11 +996,30 @@ events_ready(void)
     if (!ready()) {
         return 0;
     }
-    if (make_event == NULL) {
+    if (event_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "sessionledger._freeze.setup_events() was not called");
         return 0;
     }
     return 1;
+}
+
+/* The event of *fields* (borrowed, in event_slot_names' order): what make_event builds,
+   an instance of SessionEvent with its slots set, made without a Python call. */
+static PyObject *
+build_event(PyObject *fields[EVENT_SLOTS])
+{
+    PyObject *event = event_type->tp_alloc(event_type, 0);
+    if (event == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < EVENT_SLOTS; i++) {
+        PyObject *descriptor = event_slots[i];
+        if (Py_TYPE(descriptor)->tp_descr_set(descriptor, event, fields[i]) < 0) {
+            Py_DECREF(event);
+            return NULL;
+        }
+    }
+    return event;
 }
 
 /* The body of event_from_json, once both setups ran. */
@@ -995,11 +1093,11 @@ event_of(PyObject *envelope)
         Py_XDECREF(seqs);
         return NULL;
     }
-    PyObject *args[7] = {
+    PyObject *fields[EVENT_SLOTS] = {
         type, seq, time, frozen, op, seqs != NULL ? seqs : Py_None,
         ignorable != NULL ? Py_True : Py_False,
     };
-    PyObject *event = PyObject_Vectorcall(make_event, args, 7, NULL);
+    PyObject *event = build_event(fields);
     Py_DECREF(frozen);
     Py_XDECREF(seqs);
     return event;
@@ -1283,7 +1381,7 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "extend_slots(slots: list, segments: list, start)");
         return NULL;
     }
-    if (!runs_ready()) {
+    if (!events_ready() || !runs_ready()) {
         return NULL;
     }
     PyObject *slots = args[0], *segments = args[1];
@@ -1333,9 +1431,9 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (Py_TYPE(item) != event_type) {
             break;
         }
-        PyObject *fields[EVENT_READ] = {NULL};
+        PyObject *fields[EVENT_SLOTS] = {NULL};
         int failed = 0;
-        for (int k = 0; k < EVENT_READ && !failed; k++) {
+        for (int k = 0; k < EVENT_SLOTS && !failed; k++) {
             PyObject *descriptor = event_slots[k];
             fields[k] = Py_TYPE(descriptor)->tp_descr_get(descriptor, item, NULL);
             failed = fields[k] == NULL;
@@ -1360,7 +1458,7 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
-        for (int k = 0; k < EVENT_READ; k++) {
+        for (int k = 0; k < EVENT_SLOTS; k++) {
             Py_XDECREF(fields[k]);
         }
         if (failed) {
@@ -1373,13 +1471,13 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(index);
 }
 
-/* setup_runs(run_type, event_type, chunk_type): what runs are built with and logs are
-   extended by. Every slot of run_type must be one this file sets. */
+/* setup_runs(run_type, chunk_type): what runs are built with and logs are extended by.
+   Every slot of run_type must be one this file sets. */
 static PyObject *
 setup_runs(PyObject *module, PyObject *args)
 {
-    PyObject *runs, *events, *chunk;
-    if (!PyArg_ParseTuple(args, "O!O!U", &PyType_Type, &runs, &PyType_Type, &events, &chunk)) {
+    PyObject *runs, *chunk;
+    if (!PyArg_ParseTuple(args, "O!U", &PyType_Type, &runs, &chunk)) {
         return NULL;
     }
     PyObject *declared = PyObject_GetAttrString(runs, "__slots__");
@@ -1401,33 +1499,15 @@ setup_runs(PyObject *module, PyObject *args)
             return NULL;
         }
     }
-    PyObject *found[RUN_SLOTS + EVENT_READ] = {NULL};
-    for (int i = 0; i < RUN_SLOTS + EVENT_READ; i++) {
-        PyObject *owner = i < RUN_SLOTS ? runs : events;
-        const char *name = i < RUN_SLOTS ? run_slot_names[i] : event_slot_names[i - RUN_SLOTS];
-        found[i] = PyObject_GetAttrString(owner, name);
-        if (found[i] == NULL || !PyObject_TypeCheck(found[i], &PyMemberDescr_Type)) {
-            if (found[i] != NULL) {
-                PyErr_Format(PyExc_ValueError, "setup_runs: %s is not a slot", name);
-            }
-            for (int k = 0; k <= i; k++) {
-                Py_XDECREF(found[k]);
-            }
-            return NULL;
-        }
+    PyObject *found[RUN_SLOTS];
+    if (slot_descriptors(runs, run_slot_names, RUN_SLOTS, found) < 0) {
+        return NULL;
     }
-    for (int i = 0; i < RUN_SLOTS + EVENT_READ; i++) {
-        if (i < RUN_SLOTS) {
-            Py_XSETREF(run_slots[i], found[i]);
-        }
-        else {
-            Py_XSETREF(event_slots[i - RUN_SLOTS], found[i]);
-        }
+    for (int i = 0; i < RUN_SLOTS; i++) {
+        Py_XSETREF(run_slots[i], found[i]);
     }
     Py_INCREF(runs);
     Py_XSETREF(run_type, (PyTypeObject *)runs);
-    Py_INCREF(events);
-    Py_XSETREF(event_type, (PyTypeObject *)events);
     Py_INCREF(chunk);
     Py_XSETREF(chunk_type, chunk);
     Py_RETURN_NONE;
@@ -1436,8 +1516,9 @@ setup_runs(PyObject *module, PyObject *args)
 static PyObject *
 setup_events(PyObject *module, PyObject *args)
 {
-    PyObject *maker, *reserved, *append;
-    if (!PyArg_ParseTuple(args, "OO!U", &maker, &PyFrozenSet_Type, &reserved, &append)) {
+    PyObject *events, *reserved, *append;
+    if (!PyArg_ParseTuple(args, "O!O!U", &PyType_Type, &events, &PyFrozenSet_Type, &reserved,
+                          &append)) {
         return NULL;
     }
     static const char *const names[7] = {
@@ -1452,10 +1533,49 @@ setup_events(PyObject *module, PyObject *args)
     if (shallow_name == NULL && (shallow_name = PyUnicode_InternFromString("_shallow")) == NULL) {
         return NULL;
     }
-    Py_XSETREF(make_event, Py_NewRef(maker));
+    PyObject *found[EVENT_SLOTS];
+    if (slot_descriptors(events, event_slot_names, EVENT_SLOTS, found) < 0) {
+        return NULL;
+    }
+    for (int i = 0; i < EVENT_SLOTS; i++) {
+        Py_XSETREF(event_slots[i], found[i]);
+    }
+    Py_INCREF(events);
+    Py_XSETREF(event_type, (PyTypeObject *)events);
     Py_XSETREF(reserved_types, Py_NewRef(reserved));
     Py_XSETREF(append_op, Py_NewRef(append));
     Py_RETURN_NONE;
+}
+
+/* ascending(seqs): whether *seqs*, a tuple of exact ints, rises strictly (so holds no
+   duplicate, and its last item is its largest). False for anything else, the empty tuple
+   included: the caller's general checks then decide. An assistant message cites every
+   delta of its stream, in order; a restore checks them all. */
+static PyObject *
+ascending(PyObject *module, PyObject *seqs)
+{
+    if (!PyTuple_CheckExact(seqs) || PyTuple_GET_SIZE(seqs) == 0) {
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t size = PyTuple_GET_SIZE(seqs);
+    long long previous = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *item = PyTuple_GET_ITEM(seqs, i);
+        if (!PyLong_CheckExact(item)) {
+            Py_RETURN_FALSE;
+        }
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || (value == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        if (i > 0 && value <= previous) {
+            Py_RETURN_FALSE;
+        }
+        previous = value;
+    }
+    Py_RETURN_TRUE;
 }
 
 static PyObject *
@@ -1505,7 +1625,7 @@ static PyMethodDef methods[] = {
      "parse_row(text): a stored chunk row in the writer's exact form, decoded to (tag, seq0, "
      "turn, step, index, call id, name, joined texts, end offsets, member times), else None."},
     {"setup_events", setup_events, METH_VARARGS,
-     "setup_events(make_event, reserved_types, append): what event_from_json builds with."},
+     "setup_events(event_type, reserved_types, append): what event_from_json builds."},
     {"event_from_json", event_from_json, METH_O,
      "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
@@ -1513,8 +1633,7 @@ static PyMethodDef methods[] = {
      "or event of each record from start up to stop while it is a row or an envelope of the common form "
      "whose seq is expected; return (where it stopped, the seq expected there)."},
     {"setup_runs", setup_runs, METH_VARARGS,
-     "setup_runs(run_type, event_type, chunk_type): what runs are built with and logs "
-     "extended by."},
+     "setup_runs(run_type, chunk_type): what runs are built with and logs extended by."},
     {"extend_slots", (PyCFunction)(void (*)(void))extend_slots, METH_FASTCALL,
      "extend_slots(slots, segments, start): add the whole runs and the events no run can "
      "hold from segments[start] on to a log's slots; return where it stopped."},
@@ -1524,6 +1643,8 @@ static PyMethodDef methods[] = {
     {"line_starts", (PyCFunction)(void (*)(void))line_starts, METH_FASTCALL,
      "line_starts(data, start, stop, begins): where each line of data[start:stop] begins, "
      "packed, up to the first not beginning with begins; and where they end."},
+    {"ascending", ascending, METH_O,
+     "ascending(seqs): whether a tuple of ints rises strictly (False for anything else)."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,
      "untrack(*objects): stop the cyclic collector watching objects that can never be "
      "part of a reference cycle."},

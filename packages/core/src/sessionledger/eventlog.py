@@ -574,7 +574,7 @@ def _compiled_extend() -> Callable[[list[Slot], list[SessionEvent | ChunkRun], i
     (it also builds a stored row's run as ``ChunkRun.packed`` does), else None."""
     if ACCELERATOR is None:
         return None
-    ACCELERATOR.setup_runs(ChunkRun, SessionEvent, CHUNK_TYPE)
+    ACCELERATOR.setup_runs(ChunkRun, CHUNK_TYPE)
     compiled: Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int]
     compiled = ACCELERATOR.extend_slots
     return compiled

@@ -320,7 +320,7 @@ def _from_json_compiled() -> Callable[[object], SessionEvent | None] | None:
     the event ``pure_from_json`` would, or returns None and leaves the envelope to it."""
     if ACCELERATOR is None:
         return None
-    ACCELERATOR.setup_events(make_event, RESERVED_TYPES, APPEND)
+    ACCELERATOR.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     compiled: Callable[[object], SessionEvent | None] = ACCELERATOR.event_from_json
     return compiled
 

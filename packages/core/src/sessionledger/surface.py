@@ -9,11 +9,12 @@ log, so a rejected or vetoed candidate never leaves a phantom node.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 from sessionledger.errors import SeedError, SurfaceError
 from sessionledger.events import APPEND, Replace, SessionEvent
+from sessionledger.snapshot import ACCELERATOR
 from sessionledger.vocabulary import ASSISTANT_MESSAGE, SURFACE_TYPES, TOOL_RESULT
 
 __all__ = ["Replacement", "SurfaceFold", "SurfaceManager", "fold_surface"]
@@ -232,10 +233,12 @@ def _check_sources(event: SessionEvent, sources: tuple[int, ...]) -> None:
             "SOURCES_EMPTY",
             "sourceEventSeqs may be empty only on assistant/message (a known empty stream)",
         )
-    if len(set(sources)) != len(sources):
+    # An assistant message cites every delta of its stream, in order: a rising tuple holds
+    # no duplicate and ends with its largest seq (one pass in C, where it runs).
+    rising = _ascending(sources)
+    if not rising and len(set(sources)) != len(sources):
         raise _error(event, "SOURCES_DUPLICATE", "sourceEventSeqs must not contain duplicates")
-    # An assistant message cites every delta of its stream: one max() is a pass in C.
-    if sources and max(sources) >= event.seq:
+    if sources and (sources[-1] if rising else max(sources)) >= event.seq:
         seq = next(seq for seq in sources if seq >= event.seq)
         raise _error(
             event,
@@ -274,3 +277,15 @@ def fold_surface(events: Iterable[SessionEvent | Mapping[str, Any]]) -> SurfaceF
         log.append(event)
         manager.apply(event, plan)
     return SurfaceFold(manager.nodes, tuple(replacements))
+
+
+def _never_known(seqs: tuple[int, ...]) -> bool:
+    """The pure form of the compiled ``ascending``, for the check above: it does not know
+    (False), so the general checks decide."""
+    return False
+
+
+#: Whether provenance rises strictly: compiled where the accelerator runs.
+_ascending: Final[Callable[[tuple[int, ...]], bool]] = (
+    ACCELERATOR.ascending if ACCELERATOR is not None else _never_known
+)
