@@ -18,6 +18,8 @@ from sessionledger.eventlog import ChunkRun, EventLog
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.testing.strategies import session_logs
 
+eventlog_module = importlib.import_module("sessionledger.eventlog")
+
 
 def text_delta(text: str, *, turn: int = 1, step: int = 1, index: int = 0) -> dict[str, Any]:
     return {
@@ -327,69 +329,87 @@ def segment_shape(log: EventLog) -> list[tuple[type, int, bool]]:
     ]
 
 
+def extend_outcome(log: EventLog, segments: list[SessionEvent | ChunkRun]) -> Any:
+    """*log* extended by *segments*: its events and segment shape, or the error."""
+    try:
+        log.extend_segments(segments)
+    except ValueError as error:
+        return f"{error}"
+    return as_json(log), segment_shape(log)
+
+
 @settings(max_examples=40, deadline=None)
 @given(session_logs(), st.lists(st.booleans(), max_size=60))
-def test_extending_by_segments_equals_adding_them_one_by_one(
+def test_extending_by_segments_keeps_each_as_it_is(
     log: list[dict[str, Any]], whole: list[bool]
 ) -> None:
     stored = EventLog([SessionEvent.from_json(envelope) for envelope in log])
-    # Each run of the stored log goes in whole, or as its members (which may start a run).
+    # Each run of the stored log goes in whole, or as its members (each stays an event).
     segments: list[SessionEvent | ChunkRun] = []
     for number, segment in enumerate(stored.segments()):
         if type(segment) is ChunkRun and not (number < len(whole) and whole[number]):
             segments.extend(segment.members(segment.seq0, segment.end))
         else:
             segments.append(segment)
-    one_by_one, at_once = EventLog(), EventLog()
-    for item in segments:
-        if type(item) is ChunkRun:
-            one_by_one.add_run(item)
-        else:
-            one_by_one.append(item)
+    at_once = EventLog()
     at_once.extend_segments(segments)
-    assert as_json(at_once) == as_json(one_by_one) == as_json(stored)
-    assert segment_shape(at_once) == segment_shape(one_by_one)
-    # Both go on alike: a chunk like the last event extends an open run in both or neither.
+    assert as_json(at_once) == as_json(stored)
+    assert segment_shape(at_once) == [
+        (ChunkRun, len(item), item.texts is None)
+        if type(item) is ChunkRun
+        else (SessionEvent, 1, True)
+        for item in segments
+    ]
+    assert extend_outcome(EventLog(), segments) == extend_outcome_pure(segments)
+    # It goes on as any log: a delta appended after it starts a run of its own.
     last = stored[-1] if len(stored) else None
     if last is not None:
-        for target in (one_by_one, at_once):
-            target.append(SessionEvent(last.type, len(target), last.time, last.data))
-        assert segment_shape(at_once) == segment_shape(one_by_one)
+        appended = SessionEvent(last.type, len(at_once), last.time, last.data)
+        at_once.append(appended)
+        assert at_once[-1] == appended
     runs = [item for item in segments if type(item) is ChunkRun and item.seq0 > 0]
     if runs:
+        assert extend_outcome(EventLog(), runs[:1]) == extend_outcome_pure(runs[:1])
         with pytest.raises(ValueError, match="cannot follow"):
             EventLog().extend_segments(runs[:1])
 
 
-def test_a_segment_after_an_open_run_closes_it_as_append_does() -> None:
-    # A run built from streamed deltas, then an event or a whole run right after it: the
-    # run is closed (sealed) either way, as ``append`` and ``add_run`` close it.
+def extend_outcome_pure(segments: list[SessionEvent | ChunkRun]) -> Any:
+    """``extend_outcome`` with the compiled loop switched off."""
+    saved = eventlog_module._extend_slots
+    eventlog_module._extend_slots = None
+    try:
+        return extend_outcome(EventLog(), segments)
+    finally:
+        eventlog_module._extend_slots = saved
+
+
+def test_extending_by_segments_closes_an_open_run_first() -> None:
+    # A run built from streamed deltas, then an event, a delta of the same block, or a
+    # whole run: the open run is sealed and never extended by what follows.
     def chunk(seq: int, step: int) -> SessionEvent:
         data = text_delta(str(seq), step=step)
         return SessionEvent.from_json(
             {"type": "assistant/chunk", "seq": seq, "time": seq, "data": data}
         )
 
-    stored = EventLog([chunk(seq, 1 if seq < 4 else 2) for seq in range(7)])
+    stored = EventLog([chunk(seq, 1 if seq < 5 else 2) for seq in range(8)])
     whole = list(stored.segments())[-1]
     assert type(whole) is ChunkRun
-    assert whole.seq0 == 4
-    for after in (
-        SessionEvent.from_json({"type": "step/end", "seq": 3, "time": 3, "data": {}}),
-        whole,
-    ):
-        segments = [chunk(0, 1), chunk(1, 1), chunk(2, 1), after]
-        if type(after) is ChunkRun:
-            segments = [*segments[:3], chunk(3, 1), after]
-        one_by_one, at_once = EventLog(), EventLog()
-        for item in segments:
-            if type(item) is ChunkRun:
-                one_by_one.add_run(item)
-            else:
-                one_by_one.append(item)
-        at_once.extend_segments(segments)
-        assert segment_shape(at_once) == segment_shape(one_by_one)
-        assert segment_shape(at_once)[0][2], "the first run was left open"
+    assert whole.seq0 == 5
+    step_end = SessionEvent.from_json({"type": "step/end", "seq": 3, "time": 3, "data": {}})
+    for after in ([step_end], [chunk(3, 1)], [chunk(3, 1), chunk(4, 1), whole]):
+        for compiled in (True, False):
+            log = EventLog([chunk(0, 1), chunk(1, 1), chunk(2, 1)])
+            assert segment_shape(log) == [(ChunkRun, 3, False)]
+            saved = eventlog_module._extend_slots
+            eventlog_module._extend_slots = saved if compiled else None
+            try:
+                log.extend_segments(after)
+            finally:
+                eventlog_module._extend_slots = saved
+            assert segment_shape(log)[0] == (ChunkRun, 3, True), "the run was left open"
+            assert len(segment_shape(log)) == 1 + len(after)
 
 
 def restore_summary(session: Session) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import itertools
 import os
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from sessionledger.chunks import (
 )
 from sessionledger.committed import scan_log
 from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, EventLog
+from sessionledger.eventlog import ChunkRun, EventLog
 from sessionledger.events import APPEND, SessionEvent, SessionHeader, pure_from_json
 from sessionledger.lines import LineRecords
 from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
@@ -889,7 +890,7 @@ def test_the_rules_see_no_record_of_a_written_log(
 def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> None:
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
+    freeze.setup_runs(ChunkRun)
     row = text_row()  # seqs 4 and 5
     text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}'
     records = [RawRecord.of_text(row, 0, "line 2"), RawRecord.of_text(text, 0, "line 3")]
@@ -925,7 +926,7 @@ def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> 
 def test_the_compiled_decode_of_lines_keeps_no_references_and_checks_its_arguments() -> None:
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
+    freeze.setup_runs(ChunkRun)
     data = text_row() + b"\n" + b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}\n'
     starts = array("q", [0, data.index(b"\n") + 1, -1])
     before = sys.getrefcount(data), sys.getrefcount(starts)
@@ -963,7 +964,7 @@ def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot(
     # build sets it too).
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
-    freeze.setup_runs(ChunkRun, CHUNK_TYPE)
+    freeze.setup_runs(ChunkRun)
     rows = [
         text_row(),
         text_row(tag="reasoning-chunks", texts='["\\u00e9","中😀"]'),
@@ -990,12 +991,13 @@ def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot(
 
 
 def rises(seqs: Any) -> bool:
-    """What ``ascending`` must say: a non-empty tuple of exact ints, strictly rising."""
+    """What ``ascending`` must say: a non-empty tuple of exact 64-bit ints, strictly rising
+    (an int beyond 64 bits it leaves to the general checks)."""
     return (
         type(seqs) is tuple
         and len(seqs) > 0
-        and all(type(seq) is int for seq in seqs)
-        and all(a < b for a, b in zip(seqs, seqs[1:]))
+        and all(type(seq) is int and -(2**63) <= seq < 2**63 for seq in seqs)
+        and all(a < b for a, b in itertools.pairwise(seqs))
     )
 
 
@@ -1007,6 +1009,4 @@ def test_ascending_says_whether_a_tuple_of_ints_rises_strictly(items: list[Any])
     freeze = compiled()
     assert freeze.ascending(tuple(items)) is rises(tuple(items))
     assert freeze.ascending(items) is False  # only a tuple, as the events hold them
-    assert freeze.ascending(tuple(Number(item) for item in items if type(item) is int)) is (
-        False
-    )
+    assert freeze.ascending(tuple(Number(item) for item in items if type(item) is int)) is (False)

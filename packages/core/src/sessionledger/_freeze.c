@@ -842,7 +842,6 @@ static PyObject *run_slots[RUN_SLOTS];    /* its member descriptors */
 static const char *const member_kinds[3] = {"text-delta", "reasoning-delta", "tool-call-delta"};
 static PyObject *member_kind_objects[3] = {NULL, NULL, NULL};
 
-static PyObject *chunk_type = NULL;       /* "assistant/chunk": the one type a run holds */
 
 /* The member descriptors of *type* named *names* (new references into *out*), each checked
    to be a slot: 0, or -1 with an exception set and nothing kept. */
@@ -1367,13 +1366,11 @@ line_starts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return packed == NULL ? NULL : Py_BuildValue("(Nn)", packed, (Py_ssize_t)(p - base));
 }
 
-/* extend_slots(slots, segments, start): the common case of EventLog.extend_segments, for a
-   log with no open run. From segments[start] on, a ChunkRun whose seq0 is len(slots) adds
-   itself once per member, and an event no run can hold (not a chunk, or one with surface
-   metadata or marked ignorable) adds itself, untracked as EventLog.append leaves it. It
-   stops at the first other item (a chunk event, which may start a run; a run that does
-   not follow; anything else) and returns its index, for extend_segments to take by its
-   own rules. */
+/* extend_slots(slots, segments, start): EventLog.extend_segments' loop. From
+   segments[start] on, a ChunkRun whose seq0 is len(slots) adds itself once per member,
+   and an event adds itself, untracked as EventLog.append leaves it (with its provenance
+   and op). It stops at the first other item (a run that does not follow, anything that
+   is neither) and returns its index, for extend_segments to take (and refuse). */
 static PyObject *
 extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1431,55 +1428,40 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (Py_TYPE(item) != event_type) {
             break;
         }
-        PyObject *fields[EVENT_SLOTS] = {NULL};
-        int failed = 0;
-        for (int k = 0; k < EVENT_SLOTS && !failed; k++) {
-            PyObject *descriptor = event_slots[k];
-            fields[k] = Py_TYPE(descriptor)->tp_descr_get(descriptor, item, NULL);
-            failed = fields[k] == NULL;
-        }
-        int plain = 0;
-        if (!failed) {
-            int chunk = PyUnicode_Check(fields[EVENT_TYPE])
-                            ? PyUnicode_Compare(fields[EVENT_TYPE], chunk_type) == 0
-                            : 0;
-            failed = PyErr_Occurred() != NULL;
-            plain = !chunk || fields[EVENT_SURFACE] != Py_None
-                    || fields[EVENT_SOURCES] != Py_None || PyObject_IsTrue(fields[EVENT_IGNORABLE]);
-            failed = failed || PyErr_Occurred() != NULL;
-        }
-        if (!failed && plain) {
-            failed = PyList_Append(slots, item) < 0;
-            /* As EventLog.append: an event, its provenance and op are never in a cycle. */
-            PyObject *untracked[3] = {item, fields[EVENT_SOURCES], fields[EVENT_SURFACE]};
-            for (int k = 0; k < 3 && !failed; k++) {
-                if (PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
-                    PyObject_GC_UnTrack(untracked[k]);
-                }
-            }
-        }
-        for (int k = 0; k < EVENT_SLOTS; k++) {
-            Py_XDECREF(fields[k]);
-        }
-        if (failed) {
+        if (PyList_Append(slots, item) < 0) {
             return NULL;
         }
-        if (!plain) {
-            break;
+        /* As EventLog.append: an event, its provenance and op are never in a cycle. */
+        PyObject *untracked[3] = {item, NULL, NULL};
+        for (int k = 1; k < 3; k++) {
+            PyObject *descriptor = event_slots[k == 1 ? EVENT_SOURCES : EVENT_SURFACE];
+            untracked[k] = Py_TYPE(descriptor)->tp_descr_get(descriptor, item, NULL);
+            if (untracked[k] == NULL) {
+                Py_XDECREF(untracked[1]);
+                return NULL;
+            }
         }
+        for (int k = 0; k < 3; k++) {
+            if (PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
+                PyObject_GC_UnTrack(untracked[k]);
+            }
+        }
+        Py_DECREF(untracked[1]);
+        Py_DECREF(untracked[2]);
     }
     return PyLong_FromSsize_t(index);
 }
 
-/* setup_runs(run_type, chunk_type): what runs are built with and logs are extended by.
-   Every slot of run_type must be one this file sets. */
+/* setup_runs(run_type): what runs are built as and logs extended with. Every slot of
+   run_type must be one this file sets. */
 static PyObject *
-setup_runs(PyObject *module, PyObject *args)
+setup_runs(PyObject *module, PyObject *run_class)
 {
-    PyObject *runs, *chunk;
-    if (!PyArg_ParseTuple(args, "O!U", &PyType_Type, &runs, &chunk)) {
+    if (!PyType_Check(run_class)) {
+        PyErr_SetString(PyExc_TypeError, "setup_runs(run_type: type)");
         return NULL;
     }
+    PyObject *runs = run_class;
     PyObject *declared = PyObject_GetAttrString(runs, "__slots__");
     if (declared == NULL) {
         return NULL;
@@ -1508,8 +1490,6 @@ setup_runs(PyObject *module, PyObject *args)
     }
     Py_INCREF(runs);
     Py_XSETREF(run_type, (PyTypeObject *)runs);
-    Py_INCREF(chunk);
-    Py_XSETREF(chunk_type, chunk);
     Py_RETURN_NONE;
 }
 
@@ -1549,7 +1529,7 @@ setup_events(PyObject *module, PyObject *args)
 
 /* ascending(seqs): whether *seqs*, a tuple of exact ints, rises strictly (so holds no
    duplicate, and its last item is its largest). False for anything else, the empty tuple
-   included: the caller's general checks then decide. An assistant message cites every
+   and an int beyond 64 bits included: the caller's general checks then decide. An assistant message cites every
    delta of its stream, in order; a restore checks them all. */
 static PyObject *
 ascending(PyObject *module, PyObject *seqs)
@@ -1632,11 +1612,11 @@ static PyMethodDef methods[] = {
      "decode_records(records, start, stop, expected, taken, loads): append to taken the run "
      "or event of each record from start up to stop while it is a row or an envelope of the common form "
      "whose seq is expected; return (where it stopped, the seq expected there)."},
-    {"setup_runs", setup_runs, METH_VARARGS,
-     "setup_runs(run_type, chunk_type): what runs are built with and logs extended by."},
+    {"setup_runs", setup_runs, METH_O,
+     "setup_runs(run_type): what runs are built as and logs extended with."},
     {"extend_slots", (PyCFunction)(void (*)(void))extend_slots, METH_FASTCALL,
-     "extend_slots(slots, segments, start): add the whole runs and the events no run can "
-     "hold from segments[start] on to a log's slots; return where it stopped."},
+     "extend_slots(slots, segments, start): add the runs that follow and the events from "
+     "segments[start] on to a log's slots; return where it stopped."},
     {"decode_lines", (PyCFunction)(void (*)(void))decode_lines, METH_FASTCALL,
      "decode_lines(data, starts, start, stop, expected, taken, loads): decode_records for "
      "the lines of data that start at starts[start:stop]."},

@@ -416,38 +416,28 @@ class EventLog(Sequence[SessionEvent]):
         self._slots.extend([run] * len(run))
 
     def extend_segments(self, segments: list[SessionEvent | ChunkRun]) -> None:
-        """Add each of *segments* in order: an event as ``append`` adds it, a run as
-        ``add_run`` does. A store's decoded records come in one call this way, and the
-        common ones (an event no run can hold, a whole run) take no call of their own."""
+        """Add each of *segments* in order, as it is: an event in a slot of its own (a
+        delta too: it is not packed into a run, as ``append`` would pack it) and a run in
+        one slot per member, as ``add_run`` adds it (it must start at the log's length).
+
+        A store's decoded records come in one call this way. The deltas a writer leaves
+        unpacked are few (a run shorter than a row's minimum, docs/formats.md), so keeping
+        them as the events they were decoded to costs little memory and a load no time."""
+        self._close()
         slots = self._slots
-        index, total = 0, len(segments)
-        while index < total:
-            if self._open is None and _extend_slots is not None:
-                # The common items in one compiled pass; the one it stops at takes the
-                # rules below.
-                index = _extend_slots(slots, segments, index)
-                if index == total:
-                    break
-            item = segments[index]
-            index += 1
+        index = 0 if _extend_slots is None else _extend_slots(slots, segments, 0)
+        for position in range(index, len(segments)):
+            item = segments[position]
             if type(item) is ChunkRun:
                 if item.seq0 != len(slots):
                     raise ValueError(
                         f"a run starting at seq {item.seq0} cannot follow {len(slots)}"
                     )
-                if self._open is not None:
-                    self._close()
                 slots += [item] * (item.end - item.seq0)
-            elif self._open is None and (
-                item.type != CHUNK_TYPE
-                or item.surface_op is not None
-                or item.ignorable
-                or item.source_event_seqs is not None
-            ):
-                slots.append(item)
-                untrack_acyclic(item, item.source_event_seqs, item.surface_op)
             else:
-                self.append(item)
+                slots.append(item)
+                # An event refers only to scalars and frozen values (see append).
+                untrack_acyclic(item, item.source_event_seqs, item.surface_op)
 
     def fill_from(self, other: EventLog) -> None:
         """Make this empty log hold *other*'s events, in one step: its events and runs are
@@ -570,11 +560,11 @@ class EventLog(Sequence[SessionEvent]):
 
 
 def _compiled_extend() -> Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int] | None:
-    """The compiled common case of ``EventLog.extend_segments`` where the accelerator runs
-    (it also builds a stored row's run as ``ChunkRun.packed`` does), else None."""
+    """The compiled ``EventLog.extend_segments`` where the accelerator runs (it also builds
+    a stored row's run as ``ChunkRun.packed`` does), else None."""
     if ACCELERATOR is None:
         return None
-    ACCELERATOR.setup_runs(ChunkRun, CHUNK_TYPE)
+    ACCELERATOR.setup_runs(ChunkRun)
     compiled: Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int]
     compiled = ACCELERATOR.extend_slots
     return compiled
