@@ -321,6 +321,72 @@ def test_loose_yields_each_event_no_run_holds(
     assert list(shorter.loose(start)) == expected
 
 
+WALK_TYPES = ["user/message", "assistant/message", "assistant/chunk", "tool/result", "x/other"]
+CHANGES = ["misplaced", "cites", "ignorable", "unknown"]
+
+
+def walks(log: EventLog, start: int, types: set[str]) -> tuple[Any, Any]:
+    """What the loose walks give for *log*: the events a restore must look at, and the
+    first of a type outside *types*."""
+    return log.loose_needing(types, start), log.first_loose_outside(types, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    session_logs(),
+    st.integers(-2, 400),
+    st.sets(st.sampled_from(WALK_TYPES)),
+    st.integers(0, 6),
+    st.lists(st.tuples(st.integers(0, 400), st.sampled_from(CHANGES)), max_size=4),
+)
+def test_the_loose_walks_take_each_event_no_run_holds(
+    log: list[dict[str, Any]],
+    start: int,
+    types: set[str],
+    more: int,
+    changes: list[tuple[int, str]],
+) -> None:
+    stored = EventLog([SessionEvent.from_json(envelope) for envelope in log])
+    slots = stored._slots
+    for at, how in changes:  # EventLog itself checks none of these
+        if len(stored) and type(event := slots[at % len(stored)]) is SessionEvent:
+            fields = [event.type, event.seq, event.time, event.data, event.surface_op,
+                      event.source_event_seqs, event.ignorable]  # fmt: skip
+            if how == "misplaced":  # a seq that is not its place
+                fields[1] += 1
+            elif how == "cites":  # provenance without an op
+                fields[4], fields[5] = None, (0,)
+            elif how == "ignorable":
+                fields[6] = True
+            elif how == "unknown":
+                fields[0] = "x/unknown"
+            slots[at % len(stored)] = SessionEvent(*fields)
+    loose = list(stored.loose(start))
+    needing = [
+        (seq, event)
+        for seq, event in loose
+        if event.surface_op is not None
+        or event.source_event_seqs is not None
+        or event.seq != seq
+        or event.type in types
+    ]
+    outside = next(((s, e) for s, e in loose if e.type not in types and not e.ignorable), None)
+    assert walks(stored, start, types) == (needing, outside)
+    saved = eventlog_module._loose_needing, eventlog_module._loose_outside
+    eventlog_module._loose_needing = eventlog_module._loose_outside = None
+    try:
+        assert walks(stored, start, types) == (needing, outside)
+    finally:
+        eventlog_module._loose_needing, eventlog_module._loose_outside = saved
+    # A copy whose last run the original goes on extending: its walks stop at its end.
+    shorter = stored.copy()
+    last = stored[-1] if len(stored) else None
+    if last is not None and last.type == "assistant/chunk":
+        for offset in range(more):
+            stored.append(SessionEvent(last.type, len(stored), last.time + offset, last.data))
+    assert walks(shorter, start, types) == (needing, outside)
+
+
 def segment_shape(log: EventLog) -> list[tuple[type, int, bool]]:
     """Each segment's kind and length, and for a run whether it was sealed (closed)."""
     return [
@@ -462,3 +528,31 @@ def test_a_stored_log_restored_whole_fails_where_event_by_event_fails(
             Session.restore(header, seed)
         assert (caught.value.code, caught.value.index) == (code, 4)
     assert as_json(stored) == before
+
+
+def test_the_first_loose_event_outside_skips_ignorable_ones_and_runs() -> None:
+    note = {"type": "x/note", "time": 0, "data": {}}
+    deltas = [
+        {"type": "assistant/chunk", "seq": seq, "time": 0, "data": text_delta(str(seq))}
+        for seq in range(2, 6)
+    ]
+    log = EventLog(
+        SessionEvent.from_json(envelope)
+        for envelope in [
+            {**note, "seq": 0, "ignorable": True},
+            {**note, "seq": 1, "type": "x/known"},
+            *deltas,
+            {**note, "seq": 6, "type": "x/later"},
+        ]
+    )
+    assert [type(s) for s in log.segments()][2] is ChunkRun
+    for compiled in (True, False):
+        saved = eventlog_module._loose_outside
+        eventlog_module._loose_outside = saved if compiled else None
+        try:
+            assert log.first_loose_outside({"x/known"}) == (6, log[6])
+            assert log.first_loose_outside({"x/known"}, 7) is None
+            assert log.first_loose_outside({"x/known", "x/later"}) is None
+            assert log.first_loose_outside(set()) == (1, log[1])
+        finally:
+            eventlog_module._loose_outside = saved

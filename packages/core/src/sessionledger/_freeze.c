@@ -1452,6 +1452,155 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(index);
 }
 
+/* The walks of EventLog's loose events (those no run holds): from seq *start* on, each
+   event slot is visited once and each run is stepped over. */
+
+/* The event slot at or after *seq* (borrowed, with its seq in *seq*), or NULL at the end;
+   -1 in *error* with an exception set. */
+static PyObject *
+next_loose(PyObject *slots, Py_ssize_t *seq, int *error)
+{
+    while (*seq < PyList_GET_SIZE(slots)) {
+        PyObject *slot = PyList_GET_ITEM(slots, *seq);
+        if (Py_TYPE(slot) == event_type) {
+            return slot;
+        }
+        PyObject *end = Py_TYPE(run_slots[RUN_END])->tp_descr_get(run_slots[RUN_END], slot, NULL);
+        Py_ssize_t after = end == NULL ? -1 : PyLong_AsSsize_t(end);
+        Py_XDECREF(end);
+        if (after == -1 && PyErr_Occurred()) {
+            *error = 1;
+            return NULL;
+        }
+        *seq = after > *seq ? after : *seq + 1; /* past the run */
+    }
+    return NULL;
+}
+
+/* An event's field *which* (a new reference), read through its slot. */
+static PyObject *
+event_field(PyObject *event, int which)
+{
+    PyObject *descriptor = event_slots[which];
+    return Py_TYPE(descriptor)->tp_descr_get(descriptor, event, NULL);
+}
+
+static int
+walk_ready(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_t *start)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    if (!events_ready() || !runs_ready()) {
+        return 0;
+    }
+    *start = PyLong_AsSsize_t(args[1]);
+    if (*start == -1 && PyErr_Occurred()) {
+        return 0;
+    }
+    if (*start < 0) {
+        *start = 0;
+    }
+    return 1;
+}
+
+/* loose_needing(slots, start, types): [(seq, event)] for each loose event from *start* on
+   whose type is in *types*, that carries a surface op or provenance, or whose seq is not
+   its place: what Session.restore must look at (eventlog's pure form decides alike). */
+static PyObject *
+loose_needing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t seq;
+    if (!walk_ready(args, nargs, "loose_needing(slots: list, start, types)", &seq)) {
+        return NULL;
+    }
+    PyObject *slots = args[0], *types = args[2];
+    PyObject *out = PyList_New(0);
+    int error = 0;
+    PyObject *event;
+    while (out != NULL && (event = next_loose(slots, &seq, &error)) != NULL) {
+        Py_INCREF(event);
+        PyObject *fields[4] = {
+            event_field(event, EVENT_TYPE), event_field(event, EVENT_SURFACE),
+            event_field(event, EVENT_SOURCES), event_field(event, EVENT_SEQ),
+        };
+        int needed = -1;
+        if (fields[0] != NULL && fields[1] != NULL && fields[2] != NULL && fields[3] != NULL) {
+            needed = fields[1] != Py_None || fields[2] != Py_None;
+            if (!needed) {
+                Py_ssize_t stated = PyLong_Check(fields[3]) ? PyLong_AsSsize_t(fields[3]) : -1;
+                if (stated == -1 && PyErr_Occurred()) {
+                    PyErr_Clear(); /* beyond any place: misplaced */
+                }
+                needed = stated != seq;
+            }
+            if (!needed) {
+                needed = PySequence_Contains(types, fields[0]);
+            }
+        }
+        if (needed > 0) {
+            PyObject *pair = Py_BuildValue("(nO)", seq, event);
+            if (pair == NULL || PyList_Append(out, pair) < 0) {
+                needed = -1;
+            }
+            Py_XDECREF(pair);
+        }
+        for (int k = 0; k < 4; k++) {
+            Py_XDECREF(fields[k]);
+        }
+        Py_DECREF(event);
+        if (needed < 0) {
+            Py_CLEAR(out);
+        }
+        seq++;
+    }
+    if (error) {
+        Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* loose_outside(slots, start, types): the first loose (seq, event) from *start* on whose
+   type is not in *types* and that is not marked ignorable, else None: an event a session
+   going live could not interpret. */
+static PyObject *
+loose_outside(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t seq;
+    if (!walk_ready(args, nargs, "loose_outside(slots: list, start, types)", &seq)) {
+        return NULL;
+    }
+    PyObject *slots = args[0], *types = args[2];
+    int error = 0;
+    PyObject *event;
+    while ((event = next_loose(slots, &seq, &error)) != NULL) {
+        Py_INCREF(event);
+        PyObject *type = event_field(event, EVENT_TYPE);
+        int known = type == NULL ? -1 : PySequence_Contains(types, type);
+        Py_XDECREF(type);
+        if (known == 0) {
+            PyObject *ignorable = event_field(event, EVENT_IGNORABLE);
+            known = ignorable == NULL ? -1 : PyObject_IsTrue(ignorable);
+            Py_XDECREF(ignorable);
+            if (known == 0) {
+                PyObject *found = Py_BuildValue("(nO)", seq, event);
+                Py_DECREF(event);
+                return found;
+            }
+        }
+        Py_DECREF(event);
+        if (known < 0) {
+            return NULL;
+        }
+        seq++;
+    }
+    if (error) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* setup_runs(run_type): what runs are built as and logs extended with. Every slot of
    run_type must be one this file sets. */
 static PyObject *
@@ -1623,6 +1772,12 @@ static PyMethodDef methods[] = {
     {"line_starts", (PyCFunction)(void (*)(void))line_starts, METH_FASTCALL,
      "line_starts(data, start, stop, begins): where each line of data[start:stop] begins, "
      "packed, up to the first not beginning with begins; and where they end."},
+    {"loose_needing", (PyCFunction)(void (*)(void))loose_needing, METH_FASTCALL,
+     "loose_needing(slots, start, types): [(seq, event)] of the loose events a restore must "
+     "look at."},
+    {"loose_outside", (PyCFunction)(void (*)(void))loose_outside, METH_FASTCALL,
+     "loose_outside(slots, start, types): the first loose (seq, event) of a type not in "
+     "types and not ignorable, else None."},
     {"ascending", ascending, METH_O,
      "ascending(seqs): whether a tuple of ints rises strictly (False for anything else)."},
     {"untrack", (PyCFunction)(void (*)(void))untrack, METH_FASTCALL,

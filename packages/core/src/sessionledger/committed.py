@@ -417,17 +417,21 @@ def check_event_types(
     ignorable: a session going live must not act on what it cannot interpret (docs/plugins.md,
     "event types, and what a ledger refuses")."""
     known = registry.declarations
-    # Runs hold only chunks: with that type known, only the other events need a look.
-    loose = events.unpacked() if type(events) is EventLog and CHUNK_TYPE in known else events
-    for event in loose:
-        if event.type not in known and not event.ignorable:
-            raise FormatUnsupportedError(
-                unknown_type_in_log(event.type),
-                code="UNKNOWN_EVENT_TYPE",
-                session_id=session_id,
-                seq=event.seq,
-                path=location,
-            )
+    unknown: SessionEvent | None = None
+    if type(events) is EventLog and CHUNK_TYPE in known:
+        # Runs hold only chunks: with that type known, only the other events need a look.
+        found = events.first_loose_outside(known)
+        unknown = None if found is None else found[1]
+    else:
+        unknown = next((e for e in events if e.type not in known and not e.ignorable), None)
+    if unknown is not None:
+        raise FormatUnsupportedError(
+            unknown_type_in_log(unknown.type),
+            code="UNKNOWN_EVENT_TYPE",
+            session_id=session_id,
+            seq=unknown.seq,
+            path=location,
+        )
 
 
 @overload

@@ -12,7 +12,7 @@ event is kept as it is (docs/reading.md, "memory").
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final, final, overload
 
@@ -532,6 +532,36 @@ class EventLog(Sequence[SessionEvent]):
             else:
                 seq = slot.end  # past the run (at most the end of a longer log's)
 
+    def loose_needing(
+        self, types: Container[str], start: int = 0
+    ) -> list[tuple[int, SessionEvent]]:
+        """Each event no run holds from seq *start* on that a check must look at, with its
+        place: one of a type in *types*, one carrying a surface op or provenance, or one
+        whose seq is not its place. A restore looks at these only (one compiled walk where
+        the accelerator runs; a large log has tens of thousands of loose events)."""
+        if _loose_needing is not None:
+            return _loose_needing(self._slots, start, types)
+        return [
+            (seq, event)
+            for seq, event in self.loose(start)
+            if event.surface_op is not None
+            or event.source_event_seqs is not None
+            or event.seq != seq
+            or event.type in types
+        ]
+
+    def first_loose_outside(
+        self, types: Container[str], start: int = 0
+    ) -> tuple[int, SessionEvent] | None:
+        """The first event no run holds from seq *start* on whose type is not in *types*
+        and that is not marked ignorable, with its place; None when there is none."""
+        if _loose_outside is not None:
+            return _loose_outside(self._slots, start, types)
+        for seq, event in self.loose(start):
+            if event.type not in types and not event.ignorable:
+                return seq, event
+        return None
+
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared
         with a longer log is cut to this log's length)."""
@@ -571,3 +601,12 @@ def _compiled_extend() -> Callable[[list[Slot], list[SessionEvent | ChunkRun], i
 
 
 _extend_slots: Final = _compiled_extend()
+
+#: The compiled walks of a log's loose events where the accelerator runs (the methods
+#: above are their pure forms), else None.
+_loose_needing: Final[
+    Callable[[list[Slot], int, Container[str]], list[tuple[int, SessionEvent]]] | None
+] = ACCELERATOR.loose_needing if ACCELERATOR is not None else None
+_loose_outside: Final[
+    Callable[[list[Slot], int, Container[str]], tuple[int, SessionEvent] | None] | None
+] = ACCELERATOR.loose_outside if ACCELERATOR is not None else None

@@ -201,17 +201,21 @@ class Session:
             # surface needs cost more than a glance. A failure leaves *seed* as it was.
             log.fill_from(seed)
             check = self._check_seed
-            for index, event in seed.loose():
-                # The look _check_seed would take first, without a call: most loose
-                # events (boundaries, lone deltas) need no more.
-                if (
-                    event.type in needs_checks
-                    or event.surface_op is not None
-                    or event.source_event_seqs is not None
-                    or event.seq != index
-                    or (strict and event.type not in types and not event.ignorable)
-                ):
-                    check(event, index, copy=False, strict=strict, checks=needs_checks)
+            if not strict:
+                # The look _check_seed would take first, in one walk: most loose events
+                # (boundaries, lone deltas) need no more.
+                for index, event in seed.loose_needing(needs_checks):
+                    check(event, index, copy=False, strict=False, checks=needs_checks)
+            else:
+                for index, event in seed.loose():
+                    if (
+                        event.type in needs_checks
+                        or event.surface_op is not None
+                        or event.source_event_seqs is not None
+                        or event.seq != index
+                        or (event.type not in types and not event.ignorable)
+                    ):
+                        check(event, index, copy=False, strict=True, checks=needs_checks)
         else:
             items = seed.segments() if type(seed) is EventLog and not copy else seed
             for item in items:
