@@ -229,9 +229,16 @@ def intact_units(
     base: bytes, damaged: bytes, units: list[tuple[int, int, list[SessionEvent]]]
 ) -> dict[int, bytes]:
     """seq -> bytes of the events of every unit (a byte span of *base*) the damage left
-    wholly alone: before its first changed byte or after its last."""
+    wholly alone: before its first changed byte or after its last.
+
+    A reader reads lines: bytes put in front of a line with no line break of their own
+    join that line, so the line after them is damaged too (the unit it starts is not
+    left alone, though its own bytes are unchanged)."""
     prefix, suffix = common_ends(base, damaged)
     tail = len(base) - suffix
+    put = damaged[prefix : len(damaged) - suffix]
+    if put and not put.endswith(b"\n") and (tail == 0 or base[tail - 1] == ord("\n")):
+        tail = base.find(b"\n", tail) + 1 or len(base)
     return {
         event.seq: wire(event)
         for start, end, events in units
@@ -657,6 +664,19 @@ def test_a_commit_record_fused_with_the_next_batch_is_no_torn_tail(
     after_commit = jsonl_units(base)[0][1] - 1 + len(data) - len(base.content)
     assert data[after_commit : after_commit + 1] == b"\n"
     run_jsonl_case(loop, tmp_path, index, data[:after_commit] + b"\x0b" + data[after_commit + 1 :])
+
+
+@pytest.mark.parametrize("index", range(len(JSONL_BASES)))
+@pytest.mark.parametrize("put", [b"\x00", b"\x00" * 7, b"x", b"{"])
+def test_bytes_put_in_front_of_a_batch_damage_its_first_line(
+    index: int, put: bytes, loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    # A case the random search once found: NULs inserted right where the last batch
+    # begins join its first line, so that batch fails its check: a reader cannot tell it
+    # from a torn last write, and the load moves it aside. Any batch before it survives.
+    base = JSONL_BASES[index]
+    for start, _, _ in base.batches:
+        run_jsonl_case(loop, tmp_path, index, base.content[:start] + put + base.content[start:])
 
 
 @pytest.mark.slow
