@@ -892,7 +892,7 @@ def test_the_compiled_decode_loop_keeps_no_references_and_passes_errors_on() -> 
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     freeze.setup_runs(ChunkRun)
     row = text_row()  # seqs 4 and 5
-    text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}'
+    text = b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1.5]}}'  # a float: loads parses it
     records = [RawRecord.of_text(row, 0, "line 2"), RawRecord.of_text(text, 0, "line 3")]
     held = [text, row, *records]
     before = [sys.getrefcount(value) for value in held]
@@ -927,7 +927,7 @@ def test_the_compiled_decode_of_lines_keeps_no_references_and_checks_its_argumen
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     freeze.setup_runs(ChunkRun)
-    data = text_row() + b"\n" + b'{"type":"x/note","seq":6,"time":5,"data":{"a":[1]}}\n'
+    data = text_row() + b"\n" + b'{"type":"x/note","seq":6,"time":5,"data":{"a":[0.5]}}\n'
     starts = array("q", [0, data.index(b"\n") + 1, -1])
     before = sys.getrefcount(data), sys.getrefcount(starts)
     for _ in range(300):
@@ -1010,3 +1010,210 @@ def test_ascending_says_whether_a_tuple_of_ints_rises_strictly(items: list[Any])
     assert freeze.ascending(tuple(items)) is rises(tuple(items))
     assert freeze.ascending(items) is False  # only a tuple, as the events hold them
     assert freeze.ascending(tuple(Number(item) for item in items if type(item) is int)) is (False)
+
+
+# -- an envelope parsed straight into its frozen form (the compiled parse_envelope) --
+
+json_strings = (
+    st.text(max_size=8)
+    | st.text(alphabet='"\\/\b\f\n\r\t\x00\x1f\x7fé中😀\u2028', max_size=5)
+    | st.sampled_from(["", "type", "data", "seq", "\ufeff", "\U0010ffff", "a" * 40])
+)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-SAFE - 2, SAFE + 2)
+    | st.sampled_from([0, -1, SAFE, -SAFE, 2**63 - 1, -(2**63), 0.5, -0.0, 1e300])
+    | json_strings
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(json_strings, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def envelope_texts(draw: st.DrawFn) -> bytes:
+    """An envelope as the writer writes it, its fields near every rule's edge, and now
+    and then one nested around the depth the fast freeze takes."""
+    envelope: dict[str, Any] = {
+        "type": draw(st.sampled_from(["x/note", "assistant/message", "", "text-chunks"])),
+        "seq": draw(st.integers(-1, SAFE + 1)),
+        "time": draw(st.integers(-SAFE - 1, SAFE + 1)),
+        "data": draw(st.dictionaries(json_strings, json_values, max_size=4)),
+    }
+    for key, values in (
+        ("surfaceOp", st.sampled_from(["append", "x", {"op": "replace", "start": 0}])),
+        ("sourceEventSeqs", st.lists(st.integers(-1, 5), max_size=3)),
+        ("ignorable", st.booleans()),
+        ("other", json_values),
+    ):
+        if draw(st.booleans()):
+            envelope[key] = draw(values)
+    depth = draw(st.sampled_from([0, 0, 0, 63, 64, 65, 66]))
+    if depth:
+        nested: Any = draw(st.sampled_from(["leaf", [], {}]))
+        arrays = draw(st.booleans())  # which kind sits at the odd levels
+        for level in range(depth):
+            nested = [nested] if (level % 2 == 1) == arrays else {"k": nested}
+        envelope["data"]["deep"] = nested
+    keys = draw(st.permutations(list(envelope)))
+    return orjson.dumps({key: envelope[key] for key in keys})
+
+
+def frozen_view(value: Any) -> Any:
+    """*value* with each container's type and tracking, to compare frozen values exactly."""
+    if isinstance(value, dict):
+        items = [(key, frozen_view(item)) for key, item in value.items()]
+        return ("object", type(value).__name__, gc.is_tracked(value), items)
+    if isinstance(value, tuple | list):
+        items = [frozen_view(item) for item in value]
+        return ("array", type(value).__name__, gc.is_tracked(value), items)
+    return (type(value).__name__, value)
+
+
+def assert_parses_as_orjson(text: bytes) -> Any:
+    """The compiled parse of *text* declines, or is exactly orjson's envelope with each
+    value frozen as the fast freeze freezes it (and so is accepted by it); return it."""
+    freeze = compiled()
+    parsed = freeze.parse_envelope(text)
+    if parsed is None:
+        return None
+    expected = orjson.loads(text)
+    assert type(parsed) is dict
+    assert type(expected) is dict
+    assert list(parsed) == list(expected)
+    for key, value in expected.items():
+        # Each value frozen as event_from_json freezes data: from depth 0 down.
+        if type(value) is dict:
+            frozen = freeze.freeze_mapping(value)
+        elif type(value) is list:
+            frozen = freeze.freeze_sequence(value)
+        else:
+            frozen = freeze.freeze_sequence([value])
+            frozen = frozen if frozen is None else frozen[0]
+            assert frozen is not None or value is None, text
+        assert frozen is not None or value is None, text  # what it parses, freeze takes
+        assert frozen_view(parsed[key]) == frozen_view(frozen), text
+    return parsed
+
+
+@given(envelope_texts())
+def test_an_envelope_parsed_to_its_frozen_form_is_orjsons_frozen(text: bytes) -> None:
+    assert_parses_as_orjson(text)
+
+
+@given(
+    envelope_texts(),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2), mutation_bytes), max_size=3),
+)
+def test_a_mutated_envelope_is_declined_or_parsed_as_orjson_parses_it(
+    text: bytes, mutations: list[tuple[int, int, bytes]]
+) -> None:
+    for place, how, piece in mutations:
+        at = place % (len(text) + 1)
+        text = text[:at] + (piece if how < 2 else b"") + text[at + (how > 0) :]
+    assert_parses_as_orjson(text)
+
+
+def has_float(value: Any) -> bool:
+    if type(value) is float:
+        return True
+    if type(value) is dict:
+        return any(has_float(item) for item in value.values())
+    return type(value) is list and any(has_float(item) for item in value)
+
+
+def freeze_takes(value: Any) -> bool:
+    """Whether the fast freeze takes *value* as event_from_json takes data (depth 0)."""
+    freeze = compiled()
+    if type(value) is dict:
+        return freeze.freeze_mapping(value) is not None
+    if type(value) is list:
+        return freeze.freeze_sequence(value) is not None
+    return freeze.freeze_sequence([value]) is not None
+
+
+@given(envelope_texts())
+def test_the_writers_envelopes_take_the_fast_parse_unless_a_rule_sends_them_on(
+    text: bytes,
+) -> None:
+    # Only a float, or a value outside the fast freeze's range or depth, is left to orjson.
+    value = orjson.loads(text)
+    taken = not has_float(value) and all(freeze_takes(item) for item in value.values())
+    assert (compiled().parse_envelope(text) is not None) is taken, text
+
+
+@pytest.mark.parametrize(
+    ("text", "taken"),
+    [
+        (b'{"type":"x/note","seq":0,"time":0,"data":{}}', True),
+        (b'{"type":"x/note","seq":0,"time":0,"data":{"a":[1,true,null,"\\u00e9\\n"]}}', True),
+        (b'{"a":1,"a":2}', False),  # a repeated key: orjson decides
+        (b'{"a":{"b":1,"c":2,"b":3}}', False),  # at any depth
+        (b'{"a":1.5}', False),  # a float
+        (b'{"a":1e2}', False),
+        (b'{"a":-0}', False),
+        (b'{"a":01}', False),
+        (b'{ "a":1}', False),  # whitespace
+        (b'{"a":1} ', False),
+        (b'{"a":"\\ud800"}', False),  # a surrogate escape
+        (b'{"a":"\xed\xa0\x80"}', False),  # an encoded surrogate: not UTF-8
+        (b'{"a":"\xc3"}', False),  # cut short
+        (b'{"a":"\t"}', False),  # a raw control character
+        (b'{"a":tru}', False),
+        (b'{"a":[1,]}', False),
+        (b'{"a":["x""y"]}', False),  # no comma
+        (b'{"a":[1"y"]}', False),
+        (b'{"a":{"b":1"c":2}}', False),
+        (b'{"a":1"b":2}', False),
+        (b'{"a""b"}', False),  # no colon
+        (b'{"a":{"b":}}', False),
+        (b'{"a":1', False),
+        (b"[1]", False),
+        (b"{}", False),  # no key at all: not an envelope's form
+        (b'{"a":9007199254740991,"b":-9007199254740991}', True),
+        (b'{"a":9007199254740992}', False),
+        (b'{"\\u0041":"\\"\\\\\\/\\b\\f\\n\\r\\t"}', True),
+    ],
+)
+def test_each_edge_of_the_fast_parse(text: bytes, taken: bool) -> None:
+    assert (assert_parses_as_orjson(text) is not None) is taken
+
+
+def test_the_fast_parse_keeps_no_references_and_shares_keys() -> None:
+    freeze = compiled()
+    text = b'{"type":"x/note","seq":0,"time":0,"data":{"message":{"role":"user"}}}'
+    before = sys.getrefcount(text)
+    first = [freeze.parse_envelope(text) for _ in range(300)]
+    assert sys.getrefcount(text) == before
+    keys = [next(iter(parsed["data"])) for parsed in first]
+    assert all(key is keys[0] for key in keys)  # one str for a repeated key
+    assert keys[0] is sys.intern("message")
+    with pytest.raises(TypeError):
+        freeze.parse_envelope("not bytes")
+
+
+def test_the_fast_parse_tells_many_keys_apart() -> None:
+    # More distinct keys than its cache has places, of one length: each parsed key must
+    # be the key of its text, whatever the cache held before.
+    freeze = compiled()
+    keys = [f"k{number:04}" for number in range(3000)]
+    for _ in range(2):
+        for start in range(0, len(keys), 100):
+            chosen = keys[start : start + 100]
+            text = orjson.dumps({key: number for number, key in enumerate(chosen)})
+            parsed = freeze.parse_envelope(text)
+            assert list(parsed) == chosen
+            assert list(parsed.values()) == list(range(len(chosen)))
+
+
+@pytest.mark.parametrize("data", [b"[]", b'"x"', b"1", b"null", b"true", b"[{}]"])
+def test_an_envelope_whose_data_is_no_object_decodes_as_the_rules_decode_it(data: bytes) -> None:
+    compiled()
+    text = b'{"type":"x/note","seq":0,"time":0,"data":' + data + b"}"
+    records = [RawRecord.of_text(text, 0, "line 2")]
+    assert scan_outcome(records, common=True) == scan_outcome(records, common=False)
+    lines = as_lines(records)
+    assert scan_outcome(lines, common=True) == scan_outcome(list(lines), common=False)

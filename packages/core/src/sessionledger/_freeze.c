@@ -1021,9 +1021,10 @@ build_event(PyObject *fields[EVENT_SLOTS])
     return event;
 }
 
-/* The body of event_from_json, once both setups ran. */
+/* The body of event_from_json, once both setups ran. With *parsed*, the envelope is
+   parse_envelope's: its data is already the frozen value freeze_map would build. */
 static PyObject *
-event_of(PyObject *envelope)
+event_of(PyObject *envelope, int parsed)
 {
     if (!PyDict_CheckExact(envelope)) {
         Py_RETURN_NONE;
@@ -1048,7 +1049,8 @@ event_of(PyObject *envelope)
     if (!PyUnicode_CheckExact(type) || PyUnicode_GET_LENGTH(type) == 0
         || !int_within(seq, 0, max_safe) || !int_within(time, -max_safe, max_safe)
         || (ignorable != NULL && ignorable != Py_True)
-        || (Py_TYPE(data) != &PyDict_Type && Py_TYPE(data) != frozen_type)) {
+        || (parsed ? Py_TYPE(data) != frozen_type
+                   : Py_TYPE(data) != &PyDict_Type && Py_TYPE(data) != frozen_type)) {
         Py_RETURN_NONE;
     }
     int reserved = PySet_Contains(reserved_types, type);
@@ -1082,7 +1084,7 @@ event_of(PyObject *envelope)
             return NULL;
         }
     }
-    PyObject *frozen = freeze_map(data, 0);
+    PyObject *frozen = parsed ? Py_NewRef(data) : freeze_map(data, 0);
     if (frozen == NULL) {
         Py_XDECREF(seqs);
         return none_unless_error();
@@ -1105,7 +1107,283 @@ event_of(PyObject *envelope)
 static PyObject *
 event_from_json(PyObject *module, PyObject *envelope)
 {
-    return events_ready() ? event_of(envelope) : NULL;
+    return events_ready() ? event_of(envelope, 0) : NULL;
+}
+
+/* -- an envelope parsed straight into its frozen form ------------------------------- */
+
+/* parse_envelope(text): an event envelope in the writer's exact form (jsoncodec.dumps:
+   compact, no whitespace) parsed into the dict orjson.loads would give, except that its
+   values are frozen as freeze_map freezes them: objects FrozenDicts, arrays tuples, all
+   untracked. Only what that path takes is taken: strings
+   that are UTF-8 with no surrogate escape, integers within +-max_safe written as orjson
+   writes them, true, false, null, objects without a repeated key, nesting within
+   max_depth below the envelope. A float, whitespace, anything deeper or anything not
+   JSON makes it decline (NULL, no exception set), and the caller takes orjson and
+   event_from_json, which decide the same: so the events a load makes do not depend on
+   which parse ran (the tests compare both on generated envelopes and mutated texts).
+   The envelope's own parse, orjson's tree and its copy by freeze_map were most of a
+   cold load's decode. */
+
+typedef struct {
+    cursor at;
+    unsigned char *scratch; /* room for any string of the text, decoded */
+} parse_state;
+
+/* Recently met object keys, shared: a log repeats a few dozen keys a million times, and
+   an interned key is compared by identity in every later lookup. */
+#define KEY_CACHE 512
+static PyObject *key_cache[KEY_CACHE];
+
+static PyObject *frozen_value(parse_state *state, int depth);
+
+/* The str of a JSON string (at its opening quote), or NULL: declined (no exception set),
+   or an error. *key* asks for the shared form of a short key. */
+static PyObject *
+string_value(parse_state *state, int key)
+{
+    cursor *at = &state->at;
+    const unsigned char *start = at->p + 1; /* the caller saw the quote */
+    const unsigned char *p = start;
+    int high = 0;
+    unsigned char kind;
+    while (p < at->end && (kind = plain_byte[*p]) != 0) {
+        high |= kind;
+        p++;
+    }
+    if (p >= at->end) {
+        return NULL;
+    }
+    Py_ssize_t size = p - start;
+    if (*p == '"' && !(high & 2)) {
+        /* ASCII, no escape: the common case, the bytes themselves */
+        at->p = p + 1;
+        if (key && size <= 32) {
+            unsigned int hash = (unsigned int)size;
+            for (Py_ssize_t i = 0; i < size; i++) {
+                hash = hash * 31u + start[i];
+            }
+            PyObject **slot = &key_cache[hash % KEY_CACHE];
+            if (*slot != NULL && PyUnicode_GET_LENGTH(*slot) == size
+                && memcmp(PyUnicode_DATA(*slot), start, (size_t)size) == 0) {
+                return Py_NewRef(*slot);
+            }
+            PyObject *text = PyUnicode_FromStringAndSize((const char *)start, size);
+            if (text == NULL) {
+                return NULL;
+            }
+            PyUnicode_InternInPlace(&text);
+            Py_XSETREF(*slot, Py_NewRef(text));
+            return text;
+        }
+        PyObject *text = PyUnicode_New(size, 127);
+        if (text != NULL) {
+            memcpy(PyUnicode_DATA(text), start, (size_t)size);
+        }
+        return text;
+    }
+    const unsigned char *from = start;
+    Py_ssize_t length = size;
+    if (*p != '"') {
+        /* escapes (or a control character): decoded into the scratch room */
+        cursor quoted = {at->p, at->end};
+        unsigned char *out = state->scratch;
+        Py_ssize_t chars;
+        if (!json_string(&quoted, &out, &chars)) {
+            return NULL;
+        }
+        at->p = quoted.p;
+        from = state->scratch;
+        length = out - state->scratch;
+    }
+    else {
+        at->p = p + 1;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)from, length, "strict");
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear(); /* not UTF-8, or a surrogate: orjson refuses it, the rules say so */
+    }
+    return text;
+}
+
+/* An object as a FrozenDict, or an array as a tuple: each holds only scalars and frozen
+   values, none of which the cyclic collector tracks, so each is untracked too (as
+   freeze_map leaves such a value). */
+static PyObject *
+frozen_object(parse_state *state, int depth)
+{
+    cursor *at = &state->at;
+    at->p++; /* the brace */
+    PyObject *out = frozen_type->tp_new(frozen_type, no_args, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    int closed = byte(at, '}');
+    while (!closed && at->p < at->end && *at->p == '"') {
+        PyObject *key = string_value(state, 1);
+        PyObject *value = key != NULL && byte(at, ':') ? frozen_value(state, depth + 1) : NULL;
+        Py_ssize_t before = PyDict_GET_SIZE(out);
+        int failed = value == NULL || PyDict_SetItem(out, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed || PyDict_GET_SIZE(out) == before) {
+            break; /* declined, an error, or a repeated key: orjson's to take */
+        }
+        closed = byte(at, '}');
+        if (!closed && !byte(at, ',')) {
+            break;
+        }
+    }
+    if (!closed) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (PyObject_GC_IsTracked(out)) {
+        PyObject_GC_UnTrack(out);
+    }
+    return out;
+}
+
+/* Room for an array's items while it is read: most arrays are short. */
+#define ITEMS_ON_STACK 64
+
+static PyObject *
+frozen_array(parse_state *state, int depth)
+{
+    cursor *at = &state->at;
+    at->p++; /* the bracket */
+    PyObject *stack[ITEMS_ON_STACK];
+    PyObject **items = stack;
+    Py_ssize_t count = 0, room = ITEMS_ON_STACK;
+    int closed = byte(at, ']'), failed = 0;
+    while (!closed && !failed) {
+        PyObject *value = frozen_value(state, depth + 1);
+        if (value == NULL) {
+            failed = 1;
+            break;
+        }
+        if (count == room) {
+            PyObject **more = PyMem_Malloc((size_t)room * 2 * sizeof(PyObject *));
+            if (more == NULL) {
+                Py_DECREF(value);
+                PyErr_NoMemory();
+                failed = 1;
+                break;
+            }
+            memcpy(more, items, (size_t)count * sizeof(PyObject *));
+            if (items != stack) {
+                PyMem_Free(items);
+            }
+            items = more;
+            room *= 2;
+        }
+        items[count++] = value;
+        closed = byte(at, ']');
+        failed = !closed && !byte(at, ',');
+    }
+    PyObject *out = NULL;
+    if (closed && !failed) {
+        out = PyTuple_New(count); /* takes the items' references */
+        for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+            PyTuple_SET_ITEM(out, i, items[i]);
+        }
+    }
+    if (out == NULL) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            Py_DECREF(items[i]);
+        }
+    }
+    else if (PyObject_GC_IsTracked(out)) {
+        PyObject_GC_UnTrack(out);
+    }
+    if (items != stack) {
+        PyMem_Free(items);
+    }
+    return out;
+}
+
+/* A value at *depth* (the envelope's values are at 0, as freeze_map counts from data). */
+static PyObject *
+frozen_value(parse_state *state, int depth)
+{
+    cursor *at = &state->at;
+    if (at->p >= at->end) {
+        return NULL;
+    }
+    switch (*at->p) {
+    case '"':
+        return string_value(state, 0);
+    case '{':
+        return depth > max_depth ? NULL : frozen_object(state, depth);
+    case '[':
+        return depth > max_depth ? NULL : frozen_array(state, depth);
+    case 't':
+        return literal(at, "true") ? Py_NewRef(Py_True) : NULL;
+    case 'f':
+        return literal(at, "false") ? Py_NewRef(Py_False) : NULL;
+    case 'n':
+        return literal(at, "null") ? Py_NewRef(Py_None) : NULL;
+    default: {
+        long long number;
+        return safe_integer(at, &number) ? PyLong_FromLongLong(number) : NULL;
+    }
+    }
+}
+
+/* The envelope dict, or NULL: declined (no exception set), or an error. */
+static PyObject *
+parse_envelope_text(const unsigned char *text, Py_ssize_t size)
+{
+    if (size < 2 || text[0] != '{') {
+        return NULL;
+    }
+    parse_state state = {{text, text + size}, PyMem_Malloc((size_t)size)};
+    if (state.scratch == NULL) {
+        return PyErr_NoMemory();
+    }
+    cursor *at = &state.at;
+    at->p++;
+    PyObject *out = PyDict_New();
+    int done = 0;
+    while (out != NULL && at->p < at->end && *at->p == '"') {
+        PyObject *key = string_value(&state, 1);
+        PyObject *value = key != NULL && byte(at, ':') ? frozen_value(&state, 0) : NULL;
+        Py_ssize_t before = PyDict_GET_SIZE(out);
+        int failed = value == NULL || PyDict_SetItem(out, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed || PyDict_GET_SIZE(out) == before) {
+            break;
+        }
+        if (byte(at, '}')) {
+            done = at->p == at->end;
+            break;
+        }
+        if (!byte(at, ',')) {
+            break;
+        }
+    }
+    PyMem_Free(state.scratch);
+    if (!done) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *
+parse_envelope(PyObject *module, PyObject *source)
+{
+    if (!ready()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *out = parse_envelope_text((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return out != NULL ? out : none_unless_error();
 }
 
 /* decode_records(records, start, stop, expected, taken, loads): the common case of
@@ -1156,11 +1434,20 @@ decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, PyObjec
         return done;
     }
     row_parts_free(&parts);
-    PyObject *sliced = text != NULL ? Py_NewRef(text) : PySequence_GetSlice(whole, first, first + size);
-    PyObject *envelope = sliced == NULL ? NULL : PyObject_CallOneArg(loads, sliced);
-    Py_XDECREF(sliced);
-    if (sliced == NULL) {
-        return -1;
+    /* The writer's form parsed here, frozen as it goes; anything else by loads. */
+    PyObject *envelope = parse_envelope_text(bytes, size);
+    int parsed = envelope != NULL;
+    if (!parsed) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        PyObject *sliced = text != NULL ? Py_NewRef(text)
+                                        : PySequence_GetSlice(whole, first, first + size);
+        envelope = sliced == NULL ? NULL : PyObject_CallOneArg(loads, sliced);
+        Py_XDECREF(sliced);
+        if (sliced == NULL) {
+            return -1;
+        }
     }
     if (envelope == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -1169,7 +1456,7 @@ decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, PyObjec
         PyErr_Clear(); /* not JSON, or nested deeper than loads reads: the caller's */
         return 0;
     }
-    PyObject *event = event_of(envelope);
+    PyObject *event = event_of(envelope, parsed);
     if (event == NULL || event == Py_None) {
         Py_DECREF(envelope);
         Py_XDECREF(event);
@@ -1755,6 +2042,9 @@ static PyMethodDef methods[] = {
      "turn, step, index, call id, name, joined texts, end offsets, member times), else None."},
     {"setup_events", setup_events, METH_VARARGS,
      "setup_events(event_type, reserved_types, append): what event_from_json builds."},
+    {"parse_envelope", parse_envelope, METH_O,
+     "parse_envelope(text): an envelope in the writer's form as orjson.loads parses it, its "
+     "values frozen, else None."},
     {"event_from_json", event_from_json, METH_O,
      "event_from_json(envelope): the event from_json builds from a common envelope, else None."},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
