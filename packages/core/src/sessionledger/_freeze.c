@@ -25,7 +25,14 @@
  * On the read path, pack_run checks and packs a parsed chunk row's lists, and parse_row
  * decodes a stored row from its JSON text, when the text is in the writer's exact form,
  * into the parts of a packed run; any other text is left to orjson and the row checks
- * of chunks.py (see the comments at each).
+ * of chunks.py (see the comments at each). parse_envelope parses an event envelope in
+ * the writer's form straight into its frozen values, event_from_json builds the event of
+ * a parsed envelope, and decode_records / decode_lines run a cold load's decode loop
+ * over a store's records (a list of RawRecord, or lines.LineRecords' lines) with no
+ * Python frame per record, building runs and events through their slots. extend_slots,
+ * loose_needing and loose_outside are eventlog.EventLog's loops over its slots, and
+ * line_starts the scan for LineRecords. Each takes only what its Python form takes,
+ * the same way, and leaves the rest to it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
