@@ -747,9 +747,14 @@ LOG_HEADER = SessionHeader(id="s", created_at=0).to_json()
 def scan_outcome(records: list[RawRecord] | LineRecords, *, common: bool) -> Any:
     """What a load makes of *records* with or without the compiled common cases: every
     event as stored, or the error it raises."""
-    saved = committed_module._decode_common, committed_module._decode_lines
+    saved = (
+        committed_module._decode_common,
+        committed_module._decode_lines,
+        committed_module._decode_batches,
+    )
     if not common:
         committed_module._decode_common = committed_module._decode_lines = None
+        committed_module._decode_batches = None
     try:
         kept = records if type(records) is LineRecords else list(records)
         raw = RawLog(LOG_HEADER, kept, "r")
@@ -757,7 +762,11 @@ def scan_outcome(records: list[RawRecord] | LineRecords, *, common: bool) -> Any
     except CorruptLogError as error:
         return f"{error}"
     finally:
-        committed_module._decode_common, committed_module._decode_lines = saved
+        (
+            committed_module._decode_common,
+            committed_module._decode_lines,
+            committed_module._decode_batches,
+        ) = saved
     assert type(scanned.events) is EventLog
     return [orjson.dumps(event.to_json()) for event in scanned.events]
 
@@ -956,6 +965,44 @@ def test_the_compiled_decode_of_lines_keeps_no_references_and_checks_its_argumen
             freeze.decode_lines(data, starts, start, stop, expected, [], orjson.loads)
     with pytest.raises(BufferError):  # the starts cannot change while it reads them
         freeze.decode_lines(data, starts, 1, 3, 6, [], lambda _: starts.append(0))
+
+
+def test_the_compiled_decode_of_batches_takes_whole_batches_only() -> None:
+    freeze = compiled()
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun)
+    note = b'{"type":"x/note","seq":%d,"time":5,"data":{"a":[1]}}\n'
+    data = text_row() + b"\n" + b"".join(note % seq for seq in (6, 7, 8))  # seqs 4 to 8
+    starts = array("q", [0])
+    for _ in range(3):
+        starts.append(data.index(b"\n", starts[-1]) + 1)
+    before = sys.getrefcount(data), sys.getrefcount(starts)
+    for bounds, outcome, kept in [
+        ([0, 2, 4, 7, 2, 4, 7, 9], (2, 9), 4),  # two batches, both whole
+        ([0, 2, 4, 7, 2, 4, 7, 10], (1, 7), 2),  # the second states one event too many
+        ([0, 2, 4, 7, 2, 4, 8, 9], (1, 7), 2),  # the second states a seq not expected
+        ([0, 2, -1, -1, 2, 4, -1, -1], (2, 9), 4),  # no stated seqs
+        ([0, 2, 5, 7], (0, 4), 0),  # the first does not start where the log ends
+        ([0, 5, 4, 9], (0, 4), 0),  # past the records
+        ([], (0, 4), 0),
+    ]:
+        for _ in range(100):
+            taken: list[Any] = []
+            got = freeze.decode_batches(data, starts, array("q", bounds), 4, taken, orjson.loads)
+            assert (got, len(taken)) == (outcome, kept), bounds
+    del taken
+    assert (sys.getrefcount(data), sys.getrefcount(starts)) == before
+    starts[3] = -1  # a record of its own: its batch is left whole to the rules
+    taken = []
+    assert freeze.decode_batches(
+        data, starts, array("q", [0, 2, 4, 7, 2, 4, 7, 9]), 4, taken, orjson.loads
+    ) == (1, 7)
+    assert len(taken) == 2
+    for wrong in (array("i", [0, 1, 4, 5]), array("q", [0, 1, 4])):
+        with pytest.raises(TypeError):
+            freeze.decode_batches(data, starts, wrong, 4, [], orjson.loads)
+    with pytest.raises(ValueError):
+        freeze.decode_batches(data, starts, array("q"), -1, [], orjson.loads)
 
 
 def test_a_run_built_by_the_compiled_decode_equals_chunkrun_packed_slot_by_slot() -> None:

@@ -15,14 +15,17 @@ from hypothesis import strategies as st
 
 from sessionledger import SessionHeader
 from sessionledger.chunks import pack_chunk_runs
+from sessionledger.committed import scan_log
+from sessionledger.errors import LedgerError
 from sessionledger.lines import LineRecords, pure_line_starts
-from sessionledger.logstore import UNPARSABLE, RawRecord
+from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord
 from sessionledger.testing.strategies import session_logs
 from sessionledger_jsonl._format import (
     _RECORD_START,
     _Split,
     frame_batch,
     header_line,
+    parse_header,
     split_batches,
 )
 
@@ -232,3 +235,63 @@ def test_line_records_are_the_records_of_text_each_line_would_make(
                     records[outside]
         finally:
             lines_module._line_starts = saved
+
+
+committed_module = importlib.import_module("sessionledger.committed")
+
+
+def scanned(data: bytes, *, compiled: bool) -> Any:
+    """What a load's scan makes of a log's bytes, with or without the compiled decode
+    loops: the events and the torn tail, or the error."""
+    names = ("_decode_common", "_decode_lines", "_decode_batches")
+    saved = [getattr(committed_module, name) for name in names]
+    if not compiled:
+        for name in names:
+            setattr(committed_module, name, None)
+    try:
+        body = data.index(b"\n") + 1
+        records, batches = split_batches(data, body)
+        header, _ = parse_header(data[: body - 1], "p", "s")
+        raw = RawLog(header, records, "r", batches=batches)
+        scan = scan_log("s", raw, contiguous_from=0)
+    except LedgerError as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        for name, value in zip(names, saved, strict=True):
+            setattr(committed_module, name, value)
+    return [orjson.dumps(e.to_json()) for e in scan.events], scan.torn_at, scan.torn_batches
+
+
+@given(damaged_logs())
+def test_a_framed_log_scans_alike_with_and_without_the_compiled_loops(data: bytes) -> None:
+    if b"\n" not in data:
+        return
+    assert scanned(data, compiled=True) == scanned(data, compiled=False)
+
+
+@given(session_logs(), st.integers(1, 12))
+def test_a_written_log_scans_to_its_events(log: list[dict[str, Any]], batch_size: int) -> None:
+    data = written_log(log, batch_size)
+    events, torn_at, torn_batches = scanned(data, compiled=True)
+    assert events == [orjson.dumps(envelope) for envelope in log]
+    assert (torn_at, torn_batches) == (None, 0)
+
+
+@given(session_logs(), st.integers(1, 12), st.integers(0, 50), st.sampled_from([-1, 1]))
+def test_a_commit_record_stating_other_seqs_scans_alike(
+    log: list[dict[str, Any]], batch_size: int, which: int, by: int
+) -> None:
+    # Its checksum covers the batch's lines, not its own numbers: a commit record that
+    # states another first or next seq is intact, and the rules must name what is wrong.
+    data = written_log(log, batch_size)
+    lines = data.split(b"\n")
+    commits = [index for index, line in enumerate(lines) if line.startswith(b'{"commit"')]
+    at = commits[which % len(commits)]
+    fields = orjson.loads(lines[at])["commit"]
+    key = "first" if which % 2 else "next"
+    fields[key] += by
+    lines[at] = orjson.dumps({"commit": fields})
+    damaged = b"\n".join(lines)
+    outcome = scanned(damaged, compiled=True)
+    assert outcome == scanned(damaged, compiled=False)
+    assert type(outcome) is str or outcome[2] > 0  # refused, or a torn tail

@@ -1542,6 +1542,78 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nL)", index, expected);
 }
 
+/* The lines of a LineRecords: its bytes, where each record's line starts (-1 for a record
+   of its own), and a memoryview of the bytes for loads. */
+typedef struct {
+    const unsigned char *base;
+    Py_ssize_t size;
+    const long long *starts;
+    Py_ssize_t count;
+    PyObject *view;
+    Py_buffer buffer; /* the starts' */
+} line_source;
+
+/* Fill *lines* from *data* (exact bytes) and *starts* (an array of 8-byte ints): 0, or -1
+   with an exception set and nothing held. */
+static int
+lines_open(line_source *lines, PyObject *data, PyObject *starts, const char *name)
+{
+    if (PyObject_GetBuffer(starts, &lines->buffer, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (lines->buffer.itemsize != 8 || lines->buffer.format == NULL
+        || strcmp(lines->buffer.format, "q") != 0) {
+        PyBuffer_Release(&lines->buffer);
+        PyErr_Format(PyExc_TypeError, "%s: starts must be an array of 8-byte ints", name);
+        return -1;
+    }
+    lines->view = PyMemoryView_FromObject(data);
+    if (lines->view == NULL) {
+        PyBuffer_Release(&lines->buffer);
+        return -1;
+    }
+    lines->base = (const unsigned char *)PyBytes_AS_STRING(data);
+    lines->size = PyBytes_GET_SIZE(data);
+    lines->starts = (const long long *)lines->buffer.buf;
+    lines->count = lines->buffer.len / 8;
+    return 0;
+}
+
+static void
+lines_close(line_source *lines)
+{
+    Py_DECREF(lines->view);
+    PyBuffer_Release(&lines->buffer);
+}
+
+/* Decode records *index* up to *stop* of *lines* as decode_text takes each: the index it
+   stopped at, or -1 with an exception set. */
+static Py_ssize_t
+decode_line_range(line_source *lines, Py_ssize_t index, Py_ssize_t stop, long long *expected,
+                  PyObject *taken, PyObject *loads)
+{
+    for (; index < stop; index++) {
+        long long first = lines->starts[index];
+        if (first < 0 || first >= lines->size) {
+            break; /* a record of its own, or nothing of data: the caller's */
+        }
+        const unsigned char *line = lines->base + first;
+        const unsigned char *end = memchr(line, '\n', (size_t)(lines->size - first));
+        if (end == NULL) {
+            break;
+        }
+        int done = decode_text(line, end - line, NULL, lines->view, (Py_ssize_t)first, expected,
+                               taken, loads);
+        if (done < 0) {
+            return -1;
+        }
+        if (done == 0) {
+            break;
+        }
+    }
+    return index;
+}
+
 /* decode_lines(data, starts, start, stop, expected, taken, loads): decode_records for the
    records of a lines.LineRecords: record k is the line of *data* that starts at
    starts[k] (an array of 8-byte ints; -1 for a record of its own, where it stops), up to
@@ -1564,47 +1636,91 @@ decode_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) {
         return NULL;
     }
-    Py_buffer starts;
-    if (PyObject_GetBuffer(args[1], &starts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    line_source lines;
+    if (lines_open(&lines, args[0], args[1], "decode_lines") < 0) {
         return NULL;
     }
-    if (starts.itemsize != 8 || starts.format == NULL || strcmp(starts.format, "q") != 0) {
-        PyBuffer_Release(&starts);
-        PyErr_SetString(PyExc_TypeError, "decode_lines: starts must be an array of 8-byte ints");
-        return NULL;
-    }
-    Py_ssize_t count = starts.len / 8;
-    if (index < 0 || expected < 0 || stop < index || stop > count) {
-        PyBuffer_Release(&starts);
+    if (index < 0 || expected < 0 || stop < index || stop > lines.count) {
+        lines_close(&lines);
         PyErr_SetString(PyExc_ValueError, "decode_lines: 0 <= start <= stop <= len(starts), "
                                           "expected >= 0");
         return NULL;
     }
-    const long long *at = (const long long *)starts.buf;
-    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
-    PyObject *view = PyMemoryView_FromObject(args[0]);
-    int failed = view == NULL;
-    for (; !failed && index < stop; index++) {
-        long long first = at[index];
-        if (first < 0 || first >= size) {
-            break; /* a record of its own, or nothing of data: the caller's */
-        }
-        const unsigned char *line = base + first;
-        const unsigned char *end = memchr(line, '\n', (size_t)(size - first));
-        if (end == NULL) {
+    index = decode_line_range(&lines, index, stop, &expected, args[5], args[6]);
+    lines_close(&lines);
+    return index < 0 ? NULL : Py_BuildValue("(nL)", index, expected);
+}
+
+/* decode_batches(data, starts, bounds, expected, taken, loads): decode_lines for a run of
+   a framed log's batches in one call. *bounds* holds four 8-byte ints per batch: its first
+   and end record, and the first and end seq its commit record states (-1 for none). A
+   batch is taken whole when its stated first seq is the one expected, every record of it
+   decodes, and it holds as many events as it states; the first that is not is left whole
+   (whatever of it was appended to *taken* is taken off again) for the caller's rules,
+   which say what is wrong with it. Returns (the batches taken, the seq expected after
+   them). */
+static PyObject *
+decode_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "decode_batches(data: bytes, starts, bounds, "
+                                         "expected, taken: list, loads)");
+        return NULL;
+    }
+    if (!events_ready() || !runs_ready()) {
+        return NULL;
+    }
+    long long expected = PyLong_AsLongLong(args[3]);
+    if (expected == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (expected < 0) {
+        PyErr_SetString(PyExc_ValueError, "decode_batches: expected must be >= 0");
+        return NULL;
+    }
+    line_source lines;
+    if (lines_open(&lines, args[0], args[1], "decode_batches") < 0) {
+        return NULL;
+    }
+    Py_buffer bounds;
+    if (PyObject_GetBuffer(args[2], &bounds, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        lines_close(&lines);
+        return NULL;
+    }
+    if (bounds.itemsize != 8 || bounds.format == NULL || strcmp(bounds.format, "q") != 0
+        || bounds.len % 32 != 0) {
+        PyBuffer_Release(&bounds);
+        lines_close(&lines);
+        PyErr_SetString(PyExc_TypeError, "decode_batches: bounds must be an array of 8-byte "
+                                         "ints, four per batch");
+        return NULL;
+    }
+    const long long *bound = (const long long *)bounds.buf;
+    Py_ssize_t batches = bounds.len / 32, done = 0;
+    PyObject *taken = args[4];
+    int failed = 0;
+    for (; done < batches; done++, bound += 4) {
+        long long start = bound[0], stop = bound[1], first = bound[2], end = bound[3];
+        if (start < 0 || stop < start || stop > lines.count || (first >= 0 && first != expected)) {
             break;
         }
-        int taken = decode_text(line, end - line, NULL, view, (Py_ssize_t)first, &expected,
-                                args[5], args[6]);
-        failed = taken < 0;
-        if (taken == 0) {
+        Py_ssize_t mark = PyList_GET_SIZE(taken);
+        long long before = expected;
+        Py_ssize_t reached = decode_line_range(&lines, (Py_ssize_t)start, (Py_ssize_t)stop,
+                                               &expected, taken, args[5]);
+        if (reached < 0) {
+            failed = 1;
+            break;
+        }
+        if (reached != stop || (first >= 0 && end >= 0 && expected - before != end - first)) {
+            expected = before; /* the rules take this batch whole */
+            failed = PyList_SetSlice(taken, mark, PyList_GET_SIZE(taken), NULL) < 0;
             break;
         }
     }
-    Py_XDECREF(view);
-    PyBuffer_Release(&starts);
-    return failed ? NULL : Py_BuildValue("(nL)", index, expected);
+    PyBuffer_Release(&bounds);
+    lines_close(&lines);
+    return failed ? NULL : Py_BuildValue("(nL)", done, expected);
 }
 
 /* line_starts(data, start, stop, begins): where each line of data[start:stop] (each ended
@@ -2066,6 +2182,9 @@ static PyMethodDef methods[] = {
     {"decode_lines", (PyCFunction)(void (*)(void))decode_lines, METH_FASTCALL,
      "decode_lines(data, starts, start, stop, expected, taken, loads): decode_records for "
      "the lines of data that start at starts[start:stop]."},
+    {"decode_batches", (PyCFunction)(void (*)(void))decode_batches, METH_FASTCALL,
+     "decode_batches(data, starts, bounds, expected, taken, loads): decode_lines for whole "
+     "batches; return (the batches taken, the seq expected after them)."},
     {"line_starts", (PyCFunction)(void (*)(void))line_starts, METH_FASTCALL,
      "line_starts(data, start, stop, begins): where each line of data[start:stop] begins, "
      "packed, up to the first not beginning with begins; and where they end."},

@@ -10,6 +10,7 @@ they live here once.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
 
@@ -161,7 +162,7 @@ def scan_log(
     intact = [index for index, batch in enumerate(raw.batches) if batch.problem is None]
     committed = raw.batches[: intact[-1] + 1] if intact else ()
     decoder = _Decoder(session_id, raw, contiguous_from)
-    for batch in committed:
+    for batch in committed[decoder.common_batches(committed) :]:
         decoder.batch(batch)
         if release:
             decoder.release(batch.start, batch.end)
@@ -274,6 +275,33 @@ class _Decoder:
             line=line,
             seq=self.expected,
         )
+
+    def common_batches(self, batches: Sequence[RawBatch]) -> int:
+        """Take the intact batches at the head of *batches* that decode in the common way
+        (``_decode_batches``: lines of a ``LineRecords`` into a log from seq 0), in one
+        compiled call; return how many it took. ``batch`` takes the rest, one by one."""
+        records, log = self.raw.records, self.events
+        if (
+            _decode_batches is None
+            or type(records) is not LineRecords
+            or type(log) is not EventLog
+            or self.expected is None
+        ):
+            return 0
+        bounds = array("q")
+        for batch in batches:
+            first, end = batch.first_seq, batch.end_seq
+            # -1 stands for a seq not stated; a negative one stated is the rules' to name.
+            if batch.problem is not None or (first or 0) < 0 or (end or 0) < 0:
+                break
+            bounds.extend((batch.start, batch.end, -1 if first is None else first,
+                           -1 if end is None else end))  # fmt: skip
+        taken: list[SessionEvent | ChunkRun] = []
+        count, self.expected = _decode_batches(
+            records.data, records.line_starts, bounds, self.expected, taken, orjson.loads
+        )
+        log.extend_segments(taken)
+        return int(count)
 
     def batch(self, batch: RawBatch) -> None:
         """Take an intact batch of a framed medium, or raise ``CorruptLogError``."""
@@ -394,6 +422,7 @@ _RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
 #: takes a list of records, the other the lines of ``LineRecords`` from their bytes.
 _decode_common = ACCELERATOR.decode_records if ACCELERATOR is not None else None
 _decode_lines = ACCELERATOR.decode_lines if ACCELERATOR is not None else None
+_decode_batches = ACCELERATOR.decode_batches if ACCELERATOR is not None else None
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
