@@ -16,126 +16,11 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final, final, overload
 
+from sessionledger.deltas import CHUNK_TYPE, DeltaFields, delta_fields
 from sessionledger.events import SessionEvent, make_event
-from sessionledger.snapshot import (
-    ACCELERATOR,
-    MAX_SAFE_INTEGER,
-    FrozenDict,
-    mark_shallow,
-    string_flaw,
-    untrack_acyclic,
-)
+from sessionledger.snapshot import ACCELERATOR, FrozenDict, mark_shallow, untrack_acyclic
 
-__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "delta_fields", "freeze_delta", "pack_texts"]
-
-#: The one event type a run holds.
-CHUNK_TYPE: Final = "assistant/chunk"
-
-_TEXT_KINDS: Final = ("text-delta", "reasoning-delta")
-_TOOL_KIND: Final = "tool-call-delta"
-
-#: (kind, turn, step, index, call id, name, text): what makes members of one run, and the
-#: member's own text.
-DeltaFields = tuple[str, int, int, int, "str | None", "str | None", str]
-
-
-def delta_fields(data: Any) -> DeltaFields | None:
-    """Return the run fields of an ``assistant/chunk`` event's frozen *data* when it is a
-    delta a run can hold exactly, else None. (Keys may come in any order: a member is
-    rebuilt in the canonical order, as a stored row's members are, docs/formats.md.)"""
-    if type(data) is not FrozenDict or len(data) != 3:
-        return None
-    try:
-        chunk, turn, step = data["chunk"], data["turn"], data["step"]
-        if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
-            return None
-        kind, index = chunk["type"], chunk["index"]
-        if type(index) is not int:
-            return None
-        if kind in _TEXT_KINDS:
-            text = chunk["text"]
-            if len(chunk) == 3 and type(text) is str:
-                return kind, turn, step, index, None, None, text
-            return None
-        if kind != _TOOL_KIND or not 4 <= len(chunk) <= 5:
-            return None
-        call_id, text = chunk["id"], chunk["argumentsDelta"]
-        name = chunk["name"] if len(chunk) == 5 else None
-    except KeyError:
-        return None
-    if type(call_id) is str and type(text) is str and (name is None or type(name) is str):
-        return kind, turn, step, index, call_id, name, text
-    return None
-
-
-_KINDS: Final = {kind: kind for kind in (*_TEXT_KINDS, _TOOL_KIND)}
-
-
-def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
-    """Validate and freeze the data of a well-formed streamed delta in one step, or
-    return None when *data* is anything else (the general path then snapshots it and
-    checks its shape, and says what is wrong).
-
-    The append hot path: it accepts only what ``snapshot`` and the chunk shape check
-    both accept (exact types, safe integers, turn and step >= 1, index >= 0, strings
-    UTF-8 can hold) and builds the frozen data in the canonical key order, as a member
-    read back from the log or from a stored row has it."""
-    if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
-        return None
-    try:
-        chunk, turn, step = data["chunk"], data["turn"], data["step"]
-        if (type(chunk) is not dict and type(chunk) is not FrozenDict) or not (
-            type(turn) is int
-            and type(step) is int
-            and 1 <= turn <= MAX_SAFE_INTEGER
-            and 1 <= step <= MAX_SAFE_INTEGER
-        ):
-            return None
-        kind, index = _KINDS.get(chunk["type"]), chunk["index"]  # exact str, or None
-        if kind is None or type(index) is not int or not 0 <= index <= MAX_SAFE_INTEGER:
-            return None
-        call_id: str | None = None
-        name: str | None = None
-        if kind is _TOOL_KIND:
-            tool = _tool_fields(chunk)
-            if tool is None:
-                return None
-            call_id, name, text = tool
-        else:
-            text = chunk["text"]
-            if len(chunk) != 3:
-                return None
-    except (KeyError, TypeError):  # TypeError: an unhashable chunk type
-        return None
-    if type(text) is not str or (not text.isascii() and string_flaw(text)):
-        return None
-    if call_id is None:
-        frozen_chunk = FrozenDict(type=kind, index=index, text=text)
-    elif name is None:
-        frozen_chunk = FrozenDict(type=kind, index=index, id=call_id, argumentsDelta=text)
-    else:
-        frozen_chunk = FrozenDict(
-            type=kind, index=index, id=call_id, name=name, argumentsDelta=text
-        )
-    frozen = mark_shallow(FrozenDict(turn=turn, step=step, chunk=frozen_chunk))
-    return frozen, (kind, turn, step, index, call_id, name, text)
-
-
-def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
-    """The id, name (None when absent) and arguments text of a tool-call delta's chunk
-    when its id and name are well formed (raises ``KeyError`` for a missing key)."""
-    size = len(chunk)
-    if not 4 <= size <= 5:
-        return None
-    call_id, text = chunk["id"], chunk["argumentsDelta"]
-    name = chunk["name"] if size == 5 else None
-    if type(call_id) is not str or not call_id or (size == 5 and type(name) is not str):
-        return None
-    if (not call_id.isascii() and string_flaw(call_id)) or (
-        name is not None and not name.isascii() and string_flaw(name)
-    ):
-        return None
-    return call_id, name, text
+__all__ = ["CHUNK_TYPE", "ChunkRun", "EventLog", "pack_texts"]
 
 
 @final
@@ -417,12 +302,9 @@ class EventLog(Sequence[SessionEvent]):
 
     def extend_segments(self, segments: list[SessionEvent | ChunkRun]) -> None:
         """Add each of *segments* in order, as it is: an event in a slot of its own (a
-        delta too: it is not packed into a run, as ``append`` would pack it) and a run in
-        one slot per member, as ``add_run`` adds it (it must start at the log's length).
-
-        A store's decoded records come in one call this way. The deltas a writer leaves
-        unpacked are few (a run shorter than a row's minimum, docs/formats.md), so keeping
-        them as the events they were decoded to costs little memory and a load no time."""
+        delta too, unlike ``append``: the few a writer leaves unpacked cost little memory
+        kept so) and a run in one slot per member (starting at the log's length). A
+        store's decoded records come in one call this way."""
         self._close()
         slots = self._slots
         index = 0 if _extend_slots is None else _extend_slots(slots, segments, 0)
@@ -535,10 +417,9 @@ class EventLog(Sequence[SessionEvent]):
     def loose_needing(
         self, types: Container[str], start: int = 0
     ) -> list[tuple[int, SessionEvent]]:
-        """Each event no run holds from seq *start* on that a check must look at, with its
-        place: one of a type in *types*, one carrying a surface op or provenance, or one
-        whose seq is not its place. A restore looks at these only (one compiled walk where
-        the accelerator runs; a large log has tens of thousands of loose events)."""
+        """Each event no run holds from seq *start* on, with its place, that is of a type
+        in *types*, carries a surface op or provenance, or whose seq is not its place: the
+        ones a restore looks at (in one compiled walk where the accelerator runs)."""
         if _loose_needing is not None:
             return _loose_needing(self._slots, start, types)
         return [
@@ -589,24 +470,16 @@ class EventLog(Sequence[SessionEvent]):
         return f"<EventLog of {len(self._slots)} events>"
 
 
-def _compiled_extend() -> Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int] | None:
-    """The compiled ``EventLog.extend_segments`` where the accelerator runs (it also builds
-    a stored row's run as ``ChunkRun.packed`` does), else None."""
-    if ACCELERATOR is None:
-        return None
+# The compiled loops over a log's slots where the accelerator runs, else None (the methods
+# above hold their pure forms; setup_runs makes it build runs as ChunkRun.packed does).
+if ACCELERATOR is not None:
     ACCELERATOR.setup_runs(ChunkRun)
-    compiled: Callable[[list[Slot], list[SessionEvent | ChunkRun], int], int]
-    compiled = ACCELERATOR.extend_slots
-    return compiled
-
-
-_extend_slots: Final = _compiled_extend()
-
-#: The compiled walks of a log's loose events where the accelerator runs (the methods
-#: above are their pure forms), else None.
-_loose_needing: Final[
-    Callable[[list[Slot], int, Container[str]], list[tuple[int, SessionEvent]]] | None
-] = ACCELERATOR.loose_needing if ACCELERATOR is not None else None
-_loose_outside: Final[
-    Callable[[list[Slot], int, Container[str]], tuple[int, SessionEvent] | None] | None
-] = ACCELERATOR.loose_outside if ACCELERATOR is not None else None
+_extend_slots: Final[Callable[[list[Slot], list[Slot], int], int] | None] = (
+    ACCELERATOR.extend_slots if ACCELERATOR is not None else None
+)
+_loose_needing: Final[Callable[..., list[tuple[int, SessionEvent]]] | None] = (
+    ACCELERATOR.loose_needing if ACCELERATOR is not None else None
+)
+_loose_outside: Final[Callable[..., tuple[int, SessionEvent] | None] | None] = (
+    ACCELERATOR.loose_outside if ACCELERATOR is not None else None
+)

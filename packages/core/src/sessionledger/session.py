@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
+from sessionledger.deltas import CHUNK_TYPE, DeltaFields, freeze_delta
 from sessionledger.derive import DerivedMessages, RequestFolds, transcript
 from sessionledger.errors import (
     ConfigError,
@@ -19,7 +20,7 @@ from sessionledger.errors import (
     SeedError,
     UnknownEventTypeError,
 )
-from sessionledger.eventlog import CHUNK_TYPE, ChunkRun, DeltaFields, EventLog, freeze_delta
+from sessionledger.eventlog import ChunkRun, EventLog
 from sessionledger.events import (
     SessionEvent,
     SessionHeader,
