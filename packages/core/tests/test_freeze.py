@@ -1264,3 +1264,162 @@ def test_an_envelope_whose_data_is_no_object_decodes_as_the_rules_decode_it(data
     assert scan_outcome(records, common=True) == scan_outcome(records, common=False)
     lines = as_lines(records)
     assert scan_outcome(lines, common=True) == scan_outcome(list(lines), common=False)
+
+
+# -- a streamed delta validated and frozen in one step (deltas.freeze_delta, compiled) --
+
+
+def delta_freezer() -> Any:
+    """The compiled freeze_delta, set up as deltas.py sets it up (only when chosen)."""
+    from sessionledger import deltas
+
+    freeze = compiled()
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_deltas(deltas._KINDS, deltas._TOOL_KIND)
+    return freeze.freeze_delta
+
+
+def delta_outcome(freeze: Any, data: Any) -> Any:
+    """What *freeze* makes of *data*: None, the error, or everything a reader sees of the
+    frozen data and the run fields (types, key order, the kind's identity)."""
+    try:
+        made = freeze(data)
+    except Exception as error:
+        return type(error).__name__
+    if made is None:
+        return None
+    frozen, fields = made
+    chunk = frozen["chunk"]
+    return (
+        type(frozen).__name__,
+        list(frozen.items())[:2],
+        type(chunk).__name__,
+        [(key, type(value).__name__, value) for key, value in chunk.items()],
+        frozen._shallow,
+        [(type(field).__name__, field) for field in fields],
+        fields[0] is chunk["type"],
+        orjson.dumps(frozen),
+    )
+
+
+class Kind(str):
+    pass
+
+
+class Weird:
+    def __hash__(self) -> int:
+        return hash("text-delta")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "text-delta"
+
+
+DELTA_EDGES = [None, True, 0, 1, -1, 2, SAFE, SAFE + 1, 2**64, 1.0, "", "x", "é", "\ud800",
+               "text-delta", "reasoning-delta", "tool-call-delta", Kind("text-delta"), Weird(),
+               [], {}, Text("t"), Number(2)]  # fmt: skip
+delta_values = st.sampled_from(DELTA_EDGES)
+
+
+@st.composite
+def delta_data(draw: st.DrawFn) -> Any:
+    """Delta data near every rule's edge: a well-formed delta of each kind, then keys
+    dropped, added or given edge values, in any order, as dict or FrozenDict."""
+    kind = draw(st.sampled_from(["text-delta", "reasoning-delta", "tool-call-delta"]))
+    chunk: dict[Any, Any] = {"type": kind, "index": draw(st.sampled_from([0, 3, SAFE]))}
+    if kind == "tool-call-delta":
+        chunk["id"] = draw(st.sampled_from(["call-1", "é", ""]))
+        if draw(st.booleans()):
+            chunk["name"] = draw(st.sampled_from(["edit", ""]))
+        chunk["argumentsDelta"] = draw(st.text(max_size=4))
+    else:
+        chunk["text"] = draw(st.text(max_size=4))
+    data: dict[Any, Any] = {"turn": draw(st.sampled_from([1, 2, SAFE])), "step": 1}
+    data["chunk"] = chunk
+    for _ in range(draw(st.integers(0, 2))):
+        target = draw(st.sampled_from([data, chunk]))
+        how = draw(st.sampled_from(["drop", "add", "set"]))
+        keys = list(target)
+        if how == "drop" and keys:
+            del target[draw(st.sampled_from(keys))]
+        elif how == "add":
+            target[draw(st.sampled_from(["other", "name", "text", "id", 1]))] = 1
+        elif keys:
+            target[draw(st.sampled_from(keys))] = draw(delta_values)
+    for target in (chunk, data):
+        order = draw(st.permutations(list(target)))
+        items = {key: target[key] for key in order}
+        target.clear()
+        target.update(items)
+    if draw(st.booleans()):
+        data["chunk"] = (
+            FrozenDict(data["chunk"]) if type(data.get("chunk")) is dict else data.get("chunk")
+        )
+        data = FrozenDict(data)
+    return data
+
+
+@given(delta_data())
+def test_a_delta_freezes_in_c_as_in_python(data: Any) -> None:
+    from sessionledger import deltas
+
+    fast = delta_freezer()
+    assert delta_outcome(fast, data) == delta_outcome(deltas.pure_freeze_delta, data)
+
+
+def test_a_delta_of_each_kind_takes_the_compiled_freeze() -> None:
+    from sessionledger import deltas
+
+    fast = delta_freezer()
+    for chunk in (
+        {"type": "text-delta", "index": 0, "text": "a"},
+        {"type": "reasoning-delta", "index": 1, "text": "é"},
+        {"type": "tool-call-delta", "index": 0, "id": "c", "argumentsDelta": "{"},
+        {"type": "tool-call-delta", "index": 0, "id": "c", "name": "n", "argumentsDelta": ""},
+    ):
+        data = {"chunk": chunk, "step": 2, "turn": 1}
+        assert fast(data) is not None
+        assert delta_outcome(fast, data) == delta_outcome(deltas.pure_freeze_delta, data)
+        before = [sys.getrefcount(value) for value in chunk.values()]
+        for _ in range(200):
+            fast(data)
+        assert [sys.getrefcount(value) for value in chunk.values()] == before
+    unhashable = {"chunk": {"type": [], "index": 0, "text": "a"}, "turn": 1, "step": 1}
+    assert fast(unhashable) is None
+    assert delta_outcome(deltas.pure_freeze_delta, unhashable) is None
+
+
+def test_the_compiled_make_event_builds_what_make_event_builds() -> None:
+    freeze = compiled()
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    fields = ("x/note", 3, 4, FrozenDict(a=1), None, (1, 2), True)
+    built = freeze.make_event(*fields)
+    assert type(built) is SessionEvent
+    assert built == SessionEvent(*fields)
+    assert (built.type, built.seq, built.time, built.data, built.surface_op) == fields[:5]
+    assert (built.source_event_seqs, built.ignorable) == fields[5:]
+    with pytest.raises(TypeError):
+        freeze.make_event(*fields[:6])
+
+
+def test_each_delta_field_at_each_edge_freezes_in_c_as_in_python() -> None:
+    # A table, every field of each kind of delta given every edge value: no rule is left
+    # to the luck of a draw.
+    from sessionledger import deltas
+
+    fast = delta_freezer()
+    text = {"type": "text-delta", "index": 0, "text": "a"}
+    tool = {"type": "tool-call-delta", "index": 0, "id": "c", "name": "n", "argumentsDelta": "x"}
+    taken = 0
+    for chunk in (text, tool):
+        for top in (False, True):
+            keys = ["turn", "step", "chunk"] if top else list(chunk)
+            for key in keys:
+                for value in DELTA_EDGES:
+                    new_chunk = chunk if top else {**chunk, key: value}
+                    data = {"turn": 1, "step": 1, "chunk": new_chunk}
+                    if top:
+                        data[key] = value
+                    outcome = delta_outcome(fast, data)
+                    assert outcome == delta_outcome(deltas.pure_freeze_delta, data), data
+                    taken += outcome is not None
+    assert taken > 10

@@ -1117,6 +1117,221 @@ event_from_json(PyObject *module, PyObject *envelope)
     return events_ready() ? event_of(envelope, 0) : NULL;
 }
 
+/* make_event(type, seq, time, data, surface_op, source_event_seqs, ignorable): the event of
+   these fields, unvalidated, as events.make_event builds it (build_event). */
+static PyObject *
+make_event_compiled(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != EVENT_SLOTS) {
+        PyErr_SetString(PyExc_TypeError, "make_event takes the event's seven fields");
+        return NULL;
+    }
+    if (!events_ready()) {
+        return NULL;
+    }
+    PyObject *fields[EVENT_SLOTS];
+    for (int i = 0; i < EVENT_SLOTS; i++) {
+        fields[i] = args[i];
+    }
+    return build_event(fields);
+}
+
+/* -- a streamed delta validated and frozen in one step (deltas.freeze_delta) ----------- */
+
+enum { DK_TURN, DK_STEP, DK_CHUNK, DK_TYPE, DK_INDEX, DK_TEXT, DK_ID, DK_NAME, DK_ARGS, DK_KEYS };
+static const char *const delta_key_names[DK_KEYS] = {
+    "turn", "step", "chunk", "type", "index", "text", "id", "name", "argumentsDelta",
+};
+static PyObject *delta_keys[DK_KEYS];
+static PyObject *delta_kinds = NULL; /* deltas._KINDS: each kind, to its canonical str */
+static PyObject *tool_kind = NULL;   /* deltas._TOOL_KIND */
+
+/* The value of *key* in *mapping* (borrowed): NULL with *missing* set when absent (or,
+   as Python's lookup raises it, a TypeError), NULL with an error otherwise. */
+static PyObject *
+item(PyObject *mapping, PyObject *key, int *missing)
+{
+    PyObject *value = PyDict_GetItemWithError(mapping, key);
+    if (value == NULL) {
+        if (!PyErr_Occurred()) {
+            *missing = 1;
+        }
+        else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear(); /* freeze_delta catches it: not a delta */
+            *missing = 1;
+        }
+    }
+    return value;
+}
+
+static int
+is_mapping(PyObject *value)
+{
+    return Py_TYPE(value) == &PyDict_Type || Py_TYPE(value) == frozen_type;
+}
+
+/* A FrozenDict of *count* keys and values (borrowed), untracked (it holds scalars and
+   frozen values only). */
+static PyObject *
+frozen_of(PyObject *const *keys, PyObject *const *values, int count)
+{
+    PyObject *out = frozen_type->tp_new(frozen_type, no_args, NULL);
+    for (int i = 0; out != NULL && i < count; i++) {
+        if (PyDict_SetItem(out, keys[i], values[i]) < 0) {
+            Py_CLEAR(out);
+        }
+    }
+    if (out != NULL && PyObject_GC_IsTracked(out)) {
+        PyObject_GC_UnTrack(out);
+    }
+    return out;
+}
+
+static int
+in_range(PyObject *value, long long low)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow && number >= low && number <= max_safe;
+}
+
+/* The body of freeze_delta: (frozen data, fields), None, or NULL with an error. */
+static PyObject *
+delta_of(PyObject *data)
+{
+    int missing = 0;
+    if (!is_mapping(data) || PyDict_GET_SIZE(data) != 3) {
+        Py_RETURN_NONE;
+    }
+    PyObject *chunk = item(data, delta_keys[DK_CHUNK], &missing);
+    PyObject *turn = chunk == NULL ? NULL : item(data, delta_keys[DK_TURN], &missing);
+    PyObject *step = turn == NULL ? NULL : item(data, delta_keys[DK_STEP], &missing);
+    if (step == NULL) {
+        return missing ? Py_NewRef(Py_None) : NULL;
+    }
+    if (!is_mapping(chunk) || !in_range(turn, 1) || !in_range(step, 1)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *stated = item(chunk, delta_keys[DK_TYPE], &missing);
+    PyObject *kind = stated == NULL ? NULL : item(delta_kinds, stated, &missing);
+    if (kind == NULL) {
+        return missing ? Py_NewRef(Py_None) : NULL;
+    }
+    PyObject *index = item(chunk, delta_keys[DK_INDEX], &missing);
+    if (index == NULL) {
+        return missing ? Py_NewRef(Py_None) : NULL;
+    }
+    if (!in_range(index, 0)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *call_id = NULL, *name = NULL, *text = NULL;
+    Py_ssize_t size = PyDict_GET_SIZE(chunk);
+    if (kind == tool_kind) {
+        if (size < 4 || size > 5) {
+            Py_RETURN_NONE;
+        }
+        call_id = item(chunk, delta_keys[DK_ID], &missing);
+        text = call_id == NULL ? NULL : item(chunk, delta_keys[DK_ARGS], &missing);
+        if (text != NULL && size == 5) {
+            name = item(chunk, delta_keys[DK_NAME], &missing);
+            if (name == NULL) {
+                text = NULL;
+            }
+        }
+        if (text == NULL) {
+            return missing ? Py_NewRef(Py_None) : NULL;
+        }
+        if (!PyUnicode_CheckExact(call_id) || PyUnicode_GET_LENGTH(call_id) == 0
+            || !string_fits(call_id)
+            || (name != NULL && (!PyUnicode_CheckExact(name) || !string_fits(name)))) {
+            Py_RETURN_NONE;
+        }
+    }
+    else {
+        text = item(chunk, delta_keys[DK_TEXT], &missing);
+        if (text == NULL) {
+            return missing ? Py_NewRef(Py_None) : NULL;
+        }
+        if (size != 3) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (!PyUnicode_CheckExact(text) || !string_fits(text)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *frozen_chunk;
+    if (call_id == NULL) {
+        PyObject *keys[3] = {delta_keys[DK_TYPE], delta_keys[DK_INDEX], delta_keys[DK_TEXT]};
+        PyObject *values[3] = {kind, index, text};
+        frozen_chunk = frozen_of(keys, values, 3);
+    }
+    else if (name == NULL) {
+        PyObject *keys[4] = {delta_keys[DK_TYPE], delta_keys[DK_INDEX], delta_keys[DK_ID],
+                             delta_keys[DK_ARGS]};
+        PyObject *values[4] = {kind, index, call_id, text};
+        frozen_chunk = frozen_of(keys, values, 4);
+    }
+    else {
+        PyObject *keys[5] = {delta_keys[DK_TYPE], delta_keys[DK_INDEX], delta_keys[DK_ID],
+                             delta_keys[DK_NAME], delta_keys[DK_ARGS]};
+        PyObject *values[5] = {kind, index, call_id, name, text};
+        frozen_chunk = frozen_of(keys, values, 5);
+    }
+    if (frozen_chunk == NULL) {
+        return NULL;
+    }
+    PyObject *keys[3] = {delta_keys[DK_TURN], delta_keys[DK_STEP], delta_keys[DK_CHUNK]};
+    PyObject *values[3] = {turn, step, frozen_chunk};
+    PyObject *frozen = frozen_of(keys, values, 3);
+    Py_DECREF(frozen_chunk);
+    if (frozen == NULL || PyObject_SetAttr(frozen, shallow_name, Py_True) < 0) {
+        Py_XDECREF(frozen);
+        return NULL;
+    }
+    return Py_BuildValue("(N(OOOOOOO))", frozen, kind, turn, step, index,
+                         call_id != NULL ? call_id : Py_None, name != NULL ? name : Py_None,
+                         text);
+}
+
+static PyObject *
+freeze_delta(PyObject *module, PyObject *data)
+{
+    if (!ready() || !events_ready()) {
+        return NULL;
+    }
+    if (delta_kinds == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sessionledger._freeze.setup_deltas() was not called");
+        return NULL;
+    }
+    return delta_of(data);
+}
+
+/* setup_deltas(kinds, tool_kind): deltas._KINDS and deltas._TOOL_KIND. */
+static PyObject *
+setup_deltas(PyObject *module, PyObject *args)
+{
+    PyObject *kinds, *tool;
+    if (!PyArg_ParseTuple(args, "O!U", &PyDict_Type, &kinds, &tool)) {
+        return NULL;
+    }
+    for (int i = 0; i < DK_KEYS; i++) {
+        if (delta_keys[i] == NULL
+            && (delta_keys[i] = PyUnicode_InternFromString(delta_key_names[i])) == NULL) {
+            return NULL;
+        }
+    }
+    Py_XSETREF(delta_kinds, Py_NewRef(kinds));
+    Py_XSETREF(tool_kind, Py_NewRef(tool));
+    Py_RETURN_NONE;
+}
+
 /* -- an envelope parsed straight into its frozen form ------------------------------- */
 
 /* parse_envelope(text): an event envelope in the writer's exact form (jsoncodec.dumps:
@@ -2165,6 +2380,14 @@ static PyMethodDef methods[] = {
      "turn, step, index, call id, name, joined texts, end offsets, member times), else None."},
     {"setup_events", setup_events, METH_VARARGS,
      "setup_events(event_type, reserved_types, append): what event_from_json builds."},
+    {"make_event", (PyCFunction)(void (*)(void))make_event_compiled, METH_FASTCALL,
+     "make_event(type, seq, time, data, surface_op, source_event_seqs, ignorable): the "
+     "event of these fields, unvalidated."},
+    {"setup_deltas", setup_deltas, METH_VARARGS,
+     "setup_deltas(kinds, tool_kind): what freeze_delta looks kinds up in."},
+    {"freeze_delta", freeze_delta, METH_O,
+     "freeze_delta(data): (frozen data, run fields) of a well-formed streamed delta, else "
+     "None."},
     {"parse_envelope", parse_envelope, METH_O,
      "parse_envelope(text): an envelope in the writer's form as orjson.loads parses it, its "
      "values frozen, else None."},

@@ -9,11 +9,18 @@ single step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, mark_shallow, string_flaw
+from sessionledger.snapshot import (
+    ACCELERATOR,
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    mark_shallow,
+    string_flaw,
+)
 
-__all__ = ["CHUNK_TYPE", "DeltaFields", "delta_fields", "freeze_delta"]
+__all__ = ["CHUNK_TYPE", "DeltaFields", "delta_fields", "freeze_delta", "pure_freeze_delta"]
 
 #: The one event type a run holds.
 CHUNK_TYPE: Final = "assistant/chunk"
@@ -58,7 +65,7 @@ def delta_fields(data: Any) -> DeltaFields | None:
 _KINDS: Final = {kind: kind for kind in (*_TEXT_KINDS, _TOOL_KIND)}
 
 
-def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
+def pure_freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
     """Validate and freeze the data of a well-formed streamed delta in one step, or
     return None when *data* is anything else (the general path then snapshots it and
     checks its shape, and says what is wrong).
@@ -66,7 +73,8 @@ def freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
     The append hot path: it accepts only what ``snapshot`` and the chunk shape check
     both accept (exact types, safe integers, turn and step >= 1, index >= 0, strings
     UTF-8 can hold) and builds the frozen data in the canonical key order, as a member
-    read back from the log or from a stored row has it."""
+    read back from the log or from a stored row has it. ``freeze_delta`` is its compiled
+    form where the accelerator runs: both accept the same data and build the same."""
     if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
         return None
     try:
@@ -123,3 +131,11 @@ def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
     ):
         return None
     return call_id, name, text
+
+
+if ACCELERATOR is not None:
+    ACCELERATOR.setup_deltas(_KINDS, _TOOL_KIND)
+#: ``pure_freeze_delta``, compiled where the accelerator runs (the append hot path).
+freeze_delta: Final[Callable[[Any], tuple[FrozenDict, DeltaFields] | None]] = (
+    ACCELERATOR.freeze_delta if ACCELERATOR is not None else pure_freeze_delta
+)

@@ -326,6 +326,9 @@ def _from_json_compiled() -> Callable[[object], SessionEvent | None] | None:
 
 
 _compiled_from_json: Final = _from_json_compiled()
+if ACCELERATOR is not None:
+    # The same event, built in C (the append hot path, and every delta a run rebuilds).
+    make_event = ACCELERATOR.make_event
 
 
 def _is_absolute(path: str) -> bool:
