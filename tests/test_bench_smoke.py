@@ -116,3 +116,18 @@ def test_listing_group_runs() -> None:
     assert keys == ["11-page", "11-full", "11-search", "11-prune"]
     assert all(figure.ratio is not None and figure.ratio > 0 for figure in results["figures"])
     assert "## Figure 11 detail" in run.render(results)
+
+
+def test_the_collector_figure_pairs_its_two_sizes() -> None:
+    # 8-append-gc divides two sizes' costs: each repetition at the largest size is timed
+    # beside appends of the smallest, and the figure is the median of those pairs.
+    two_sizes = dataclasses.replace(TINY, repeats=2, scaling_sizes=(100, 300))
+    results = run.run_groups(["scaling"], two_sizes, log=lambda line: None)
+    assert results["failures"] == {}
+    figure = next(f for f in results["figures"] if f.key == "8-append-gc")
+    assert figure.low is not None
+    assert figure.high is not None
+    assert figure.ratio is not None
+    assert figure.low <= figure.ratio <= figure.high
+    assert "beside it" in figure.absolute
+    assert "2 paired ratios" in figure.note
