@@ -15,7 +15,7 @@ from sessionledger import Session, assistant_message, user_message
 from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
 from sessionledger.errors import LedgerError, SeedError, StorageRowError
 from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.events import Replace, SessionEvent, SessionHeader
 from sessionledger.testing.strategies import session_logs
 
 eventlog_module = importlib.import_module("sessionledger.eventlog")
@@ -208,6 +208,20 @@ def test_the_log_leaves_its_events_and_runs_to_reference_counting() -> None:
         slots = list(log.segments())
         assert {type(slot) for slot in slots} == {SessionEvent, ChunkRun}
         assert [tracked_parts(slot) for slot in slots] == [[] for _ in slots]
+    # A decoded log is extended segment by segment: fresh events, whose provenance and
+    # op the collector watches when made, are left to reference counting there too.
+    fresh = [
+        SessionEvent(e.type, e.seq, e.time, e.data, e.surface_op,
+                     None if e.source_event_seqs is None else (*e.source_event_seqs,),
+                     e.ignorable)
+        for e in session.events
+    ]  # fmt: skip
+    fresh[1] = SessionEvent(user.type, 1, user.time, user.data, Replace(0, 0), None, False)
+    assert gc.is_tracked(fresh[1].surface_op)
+    assert gc.is_tracked(fresh[-2].source_event_seqs)
+    extended = EventLog()
+    extended.extend_segments(fresh)
+    assert [tracked_parts(slot) for slot in extended.segments()] == [[] for _ in fresh]
     # So are the events read back, members rebuilt from a run included, and the tuple
     # ``events`` keeps: a caller holding a whole large log adds nothing to collect.
     read = [*session.events, *stored]

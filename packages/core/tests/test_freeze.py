@@ -486,21 +486,28 @@ mutation_bytes = st.sampled_from(
      b"\\u00e9", b"\\ud83d\\ude00", b"\xc0\x80", b"\n"]
 )  # fmt: skip
 
-
-@given(
-    written_rows(),
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2), mutation_bytes), max_size=3),
+#: Up to three edits of a text: (where, how: insert / replace / delete, the bytes put).
+text_mutations = st.lists(
+    st.tuples(st.integers(0, 10**6), st.integers(0, 2), mutation_bytes), max_size=3
 )
+
+
+def mutated(text: bytes, mutations: list[tuple[int, int, bytes]]) -> bytes:
+    """*text* with each of *mutations* applied in turn (an insert, a replace or a delete)."""
+    for place, how, piece in mutations:
+        at = place % (len(text) + 1)
+        text = text[:at] + (piece if how < 2 else b"") + text[at + (how > 0) :]
+    return text
+
+
+@given(written_rows(), text_mutations)
 def test_a_row_decoded_from_its_text_is_the_run_the_ordinary_path_makes(
     text: bytes, mutations: list[tuple[int, int, bytes]]
 ) -> None:
     fast_rows()
-    for place, how, piece in mutations:
-        at = place % (len(text) + 1)
-        # Insert, replace or delete at *at*: mostly text no writer wrote, which the fast
-        # path must decline, or decode exactly as orjson and the row checks would.
-        text = text[:at] + (piece if how < 2 else b"") + text[at + (how > 0) :]
-    assert_decodes_as_ordinary(text)
+    # Mostly text no writer wrote, which the fast path must decline, or decode exactly as
+    # orjson and the row checks would.
+    assert_decodes_as_ordinary(mutated(text, mutations))
 
 
 @given(written_rows())
@@ -1151,17 +1158,11 @@ def test_an_envelope_parsed_to_its_frozen_form_is_orjsons_frozen(text: bytes) ->
     assert_parses_as_orjson(text)
 
 
-@given(
-    envelope_texts(),
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2), mutation_bytes), max_size=3),
-)
+@given(envelope_texts(), text_mutations)
 def test_a_mutated_envelope_is_declined_or_parsed_as_orjson_parses_it(
     text: bytes, mutations: list[tuple[int, int, bytes]]
 ) -> None:
-    for place, how, piece in mutations:
-        at = place % (len(text) + 1)
-        text = text[:at] + (piece if how < 2 else b"") + text[at + (how > 0) :]
-    assert_parses_as_orjson(text)
+    assert_parses_as_orjson(mutated(text, mutations))
 
 
 def has_float(value: Any) -> bool:

@@ -1012,7 +1012,7 @@ events_ready(void)
 /* The event of *fields* (borrowed, in event_slot_names' order): what make_event builds,
    an instance of SessionEvent with its slots set, made without a Python call. */
 static PyObject *
-build_event(PyObject *fields[EVENT_SLOTS])
+build_event(PyObject *const *fields)
 {
     PyObject *event = event_type->tp_alloc(event_type, 0);
     if (event == NULL) {
@@ -1026,6 +1026,14 @@ build_event(PyObject *fields[EVENT_SLOTS])
         }
     }
     return event;
+}
+
+/* An event's field *which* (a new reference), read through its slot. */
+static PyObject *
+event_field(PyObject *event, int which)
+{
+    PyObject *descriptor = event_slots[which];
+    return Py_TYPE(descriptor)->tp_descr_get(descriptor, event, NULL);
 }
 
 /* The body of event_from_json, once both setups ran. With *parsed*, the envelope is
@@ -1126,14 +1134,7 @@ make_event_compiled(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "make_event takes the event's seven fields");
         return NULL;
     }
-    if (!events_ready()) {
-        return NULL;
-    }
-    PyObject *fields[EVENT_SLOTS];
-    for (int i = 0; i < EVENT_SLOTS; i++) {
-        fields[i] = args[i];
-    }
-    return build_event(fields);
+    return events_ready() ? build_event(args) : NULL;
 }
 
 /* -- a streamed delta validated and frozen in one step (deltas.freeze_delta) ----------- */
@@ -1187,21 +1188,6 @@ frozen_of(PyObject *const *keys, PyObject *const *values, int count)
     return out;
 }
 
-static int
-in_range(PyObject *value, long long low)
-{
-    if (!PyLong_CheckExact(value)) {
-        return 0;
-    }
-    int overflow = 0;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (number == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return !overflow && number >= low && number <= max_safe;
-}
-
 /* The body of freeze_delta: (frozen data, fields), None, or NULL with an error. */
 static PyObject *
 delta_of(PyObject *data)
@@ -1216,7 +1202,7 @@ delta_of(PyObject *data)
     if (step == NULL) {
         return missing ? Py_NewRef(Py_None) : NULL;
     }
-    if (!is_mapping(chunk) || !in_range(turn, 1) || !in_range(step, 1)) {
+    if (!is_mapping(chunk) || !int_within(turn, 1, max_safe) || !int_within(step, 1, max_safe)) {
         Py_RETURN_NONE;
     }
     PyObject *stated = item(chunk, delta_keys[DK_TYPE], &missing);
@@ -1228,7 +1214,7 @@ delta_of(PyObject *data)
     if (index == NULL) {
         return missing ? Py_NewRef(Py_None) : NULL;
     }
-    if (!in_range(index, 0)) {
+    if (!int_within(index, 0, max_safe)) {
         Py_RETURN_NONE;
     }
     PyObject *call_id = NULL, *name = NULL, *text = NULL;
@@ -1303,7 +1289,7 @@ delta_of(PyObject *data)
 static PyObject *
 freeze_delta(PyObject *module, PyObject *data)
 {
-    if (!ready() || !events_ready()) {
+    if (!events_ready()) {
         return NULL;
     }
     if (delta_kinds == NULL) {
@@ -1428,35 +1414,44 @@ string_value(parse_state *state, int key)
     return text;
 }
 
-/* An object as a FrozenDict, or an array as a tuple: each holds only scalars and frozen
-   values, none of which the cyclic collector tracks, so each is untracked too (as
-   freeze_map leaves such a value). */
-static PyObject *
-frozen_object(parse_state *state, int depth)
+/* An object's members, from just after its brace, into the dict *out*, each value frozen
+   at *depth*: 1 once its closing brace is read; 0 when declined (a repeated key included:
+   orjson's to take) or on an error. */
+static int
+object_members(parse_state *state, PyObject *out, int depth)
 {
     cursor *at = &state->at;
-    at->p++; /* the brace */
-    PyObject *out = frozen_type->tp_new(frozen_type, no_args, NULL);
-    if (out == NULL) {
-        return NULL;
-    }
     int closed = byte(at, '}');
     while (!closed && at->p < at->end && *at->p == '"') {
         PyObject *key = string_value(state, 1);
-        PyObject *value = key != NULL && byte(at, ':') ? frozen_value(state, depth + 1) : NULL;
+        PyObject *value = key != NULL && byte(at, ':') ? frozen_value(state, depth) : NULL;
         Py_ssize_t before = PyDict_GET_SIZE(out);
         int failed = value == NULL || PyDict_SetItem(out, key, value) < 0;
         Py_XDECREF(key);
         Py_XDECREF(value);
         if (failed || PyDict_GET_SIZE(out) == before) {
-            break; /* declined, an error, or a repeated key: orjson's to take */
+            break;
         }
         closed = byte(at, '}');
         if (!closed && !byte(at, ',')) {
             break;
         }
     }
-    if (!closed) {
+    return closed;
+}
+
+/* An object as a FrozenDict, or an array as a tuple: each holds only scalars and frozen
+   values, none of which the cyclic collector tracks, so each is untracked too (as
+   freeze_map leaves such a value). */
+static PyObject *
+frozen_object(parse_state *state, int depth)
+{
+    state->at.p++; /* the brace */
+    PyObject *out = frozen_type->tp_new(frozen_type, no_args, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (!object_members(state, out, depth + 1)) {
         Py_DECREF(out);
         return NULL;
     }
@@ -1566,25 +1561,9 @@ parse_envelope_text(const unsigned char *text, Py_ssize_t size)
     cursor *at = &state.at;
     at->p++;
     PyObject *out = PyDict_New();
-    int done = 0;
-    while (out != NULL && at->p < at->end && *at->p == '"') {
-        PyObject *key = string_value(&state, 1);
-        PyObject *value = key != NULL && byte(at, ':') ? frozen_value(&state, 0) : NULL;
-        Py_ssize_t before = PyDict_GET_SIZE(out);
-        int failed = value == NULL || PyDict_SetItem(out, key, value) < 0;
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        if (failed || PyDict_GET_SIZE(out) == before) {
-            break;
-        }
-        if (byte(at, '}')) {
-            done = at->p == at->end;
-            break;
-        }
-        if (!byte(at, ',')) {
-            break;
-        }
-    }
+    /* An envelope has a key at least, and nothing after its closing brace. */
+    int done = out != NULL && at->p < at->end && *at->p == '"'
+               && object_members(&state, out, 0) && at->p == at->end;
     PyMem_Free(state.scratch);
     if (!done) {
         Py_XDECREF(out);
@@ -1768,18 +1747,32 @@ typedef struct {
     Py_buffer buffer; /* the starts' */
 } line_source;
 
+/* *source*'s buffer as 8-byte native ints (an array("q")) whose size is a multiple of
+   *group* of them: 0, or -1 with an exception set (a TypeError "name: problem" when it
+   holds anything else) and nothing held. */
+static int
+int64_buffer(PyObject *source, Py_ssize_t group, Py_buffer *view, const char *name,
+             const char *problem)
+{
+    if (PyObject_GetBuffer(source, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "q") != 0
+        || view->len % (8 * group) != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: %s", name, problem);
+        return -1;
+    }
+    return 0;
+}
+
 /* Fill *lines* from *data* (exact bytes) and *starts* (an array of 8-byte ints): 0, or -1
    with an exception set and nothing held. */
 static int
 lines_open(line_source *lines, PyObject *data, PyObject *starts, const char *name)
 {
-    if (PyObject_GetBuffer(starts, &lines->buffer, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return -1;
-    }
-    if (lines->buffer.itemsize != 8 || lines->buffer.format == NULL
-        || strcmp(lines->buffer.format, "q") != 0) {
-        PyBuffer_Release(&lines->buffer);
-        PyErr_Format(PyExc_TypeError, "%s: starts must be an array of 8-byte ints", name);
+    if (int64_buffer(starts, 1, &lines->buffer, name, "starts must be an array of 8-byte ints")
+        < 0) {
         return -1;
     }
     lines->view = PyMemoryView_FromObject(data);
@@ -1898,16 +1891,9 @@ decode_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_buffer bounds;
-    if (PyObject_GetBuffer(args[2], &bounds, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    if (int64_buffer(args[2], 4, &bounds, "decode_batches",
+                     "bounds must be an array of 8-byte ints, four per batch") < 0) {
         lines_close(&lines);
-        return NULL;
-    }
-    if (bounds.itemsize != 8 || bounds.format == NULL || strcmp(bounds.format, "q") != 0
-        || bounds.len % 32 != 0) {
-        PyBuffer_Release(&bounds);
-        lines_close(&lines);
-        PyErr_SetString(PyExc_TypeError, "decode_batches: bounds must be an array of 8-byte "
-                                         "ints, four per batch");
         return NULL;
     }
     const long long *bound = (const long long *)bounds.buf;
@@ -2057,14 +2043,12 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         /* As EventLog.append: an event, its provenance and op are never in a cycle. */
-        PyObject *untracked[3] = {item, NULL, NULL};
-        for (int k = 1; k < 3; k++) {
-            PyObject *descriptor = event_slots[k == 1 ? EVENT_SOURCES : EVENT_SURFACE];
-            untracked[k] = Py_TYPE(descriptor)->tp_descr_get(descriptor, item, NULL);
-            if (untracked[k] == NULL) {
-                Py_XDECREF(untracked[1]);
-                return NULL;
-            }
+        PyObject *untracked[3] = {item, event_field(item, EVENT_SOURCES),
+                                  event_field(item, EVENT_SURFACE)};
+        if (untracked[1] == NULL || untracked[2] == NULL) {
+            Py_XDECREF(untracked[1]);
+            Py_XDECREF(untracked[2]);
+            return NULL;
         }
         for (int k = 0; k < 3; k++) {
             if (PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
@@ -2100,14 +2084,6 @@ next_loose(PyObject *slots, Py_ssize_t *seq, int *error)
         *seq = after > *seq ? after : *seq + 1; /* past the run */
     }
     return NULL;
-}
-
-/* An event's field *which* (a new reference), read through its slot. */
-static PyObject *
-event_field(PyObject *event, int which)
-{
-    PyObject *descriptor = event_slots[which];
-    return Py_TYPE(descriptor)->tp_descr_get(descriptor, event, NULL);
 }
 
 static int
