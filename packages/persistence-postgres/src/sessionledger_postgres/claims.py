@@ -3,7 +3,7 @@
 A session's one writer holds a session-level advisory lock whose key derives from the
 schema and the session id, on a connection of the store's own (not a pooled one); the
 connection's ``application_name`` names the holder, so a refused writer learns who
-holds the session (docs/durability.md, "one writer per session").
+holds the session (docs/durability.md, "one writer per session" and "lost connections").
 
 The server drops the locks with the connection. The lock connection asks the server
 never to end it for idleness and to probe it with TCP keepalives (which also keeps a
