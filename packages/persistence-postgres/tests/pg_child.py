@@ -15,6 +15,10 @@ parent treats as a failure.
                                 acknowledged (flush returned) and the refusals.
                                 With FLEET_BREAK_CLAIMS=1 the store's claims are switched
                                 off, for the harness's self-check.
+    fork-holder URL ID          hold session ID live through a Ledger, fork a worker with
+                                multiprocessing's "fork" start method (it sleeps), write
+                                and flush again, print "HELD <worker pid>" and wait to
+                                be killed.
 
 Plugins are passed explicitly and entry points are not loaded, so the child behaves the
 same whatever else is installed.
@@ -24,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import sys
+import time
 from typing import Any
 
 import sessionledger_postgres.plugin
@@ -100,6 +106,21 @@ async def fleet(url: str, name: str, rounds: int, sessions: int, seed: int) -> N
     say(json.dumps({"acknowledged": acknowledged, "refused": refused}))
 
 
+async def fork_holder(url: str, session_id: str) -> None:
+    wait()
+    ledger = Ledger.open(url, plugins=[sessionledger_postgres.plugin], load_entrypoints=False)
+    session = ledger.create(session_id, cwd="/srv/forker")
+    session.append("x/note", {"n": 0}, ignorable=True)
+    await ledger.flush(session)  # the session is claimed, on the lock connection
+    worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+    worker.start()
+    # The fork leaves the parent's connections whole: it goes on writing.
+    session.append("x/note", {"n": 1}, ignorable=True)
+    await ledger.flush(session)
+    say(f"HELD {worker.pid}")
+    wait()  # killed here
+
+
 def break_claims() -> None:
     """Make every claim succeed without a lock: the bug the fleet test must catch."""
     from sessionledger_postgres.store import PostgresLogStore
@@ -118,6 +139,8 @@ def main(argv: list[str]) -> None:
             asyncio.run(migrate(url))
         elif mode == "append":
             asyncio.run(append(url, argv[3], int(argv[4])))
+        elif mode == "fork-holder":
+            asyncio.run(fork_holder(url, argv[3]))
         elif mode == "fleet":
             asyncio.run(fleet(url, argv[3], int(argv[4]), int(argv[5]), int(argv[6])))
         else:

@@ -23,7 +23,6 @@ from sessionledger import (
     CorruptLogError,
     FormatUnsupportedError,
     JsonValueError,
-    SeqMismatchError,
     Session,
     SessionEvent,
     SessionHeader,
@@ -385,34 +384,6 @@ def test_exclusive_can_no_longer_be_turned_off(value: object) -> None:
             "postgresql://u@h/d?exclusive=false", plugins=[pg_plugin], load_entrypoints=False
         )
     assert PostgresPersistence("postgresql://u@h/d", exclusive=True).scheme == "postgresql"
-
-
-async def test_a_writer_whose_claim_died_with_its_connection_is_refused(
-    make_store: Make, pg_url: str, pg_schema: str
-) -> None:
-    first = make_store()
-    await first.create(header())
-    await first.append("s1", [note(seq) for seq in range(3)])
-    # The server ends the connection holding the claim (an administrator, a failover).
-    name = f"sessionledger pid {os.getpid()} on %"
-    await query(
-        pg_url,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1",
-        name,
-    )
-    second = make_store()
-    for _ in range(200):  # the server ends the backend, and drops its locks, asynchronously
-        try:
-            await second.load("s1")
-            break
-        except SessionLockedError:
-            await asyncio.sleep(0.01)
-    await second.append("s1", [note(3, by="second")])
-    rows_sql = f'SELECT seq, data FROM "{pg_schema}".events ORDER BY seq'
-    before = [tuple(row) for row in await query(pg_url, rows_sql)]
-    with pytest.raises((SessionLockedError, SeqMismatchError)):
-        await first.append("s1", [note(3, by="first")])
-    assert [tuple(row) for row in await query(pg_url, rows_sql)] == before
 
 
 @pytest.mark.parametrize(("kind", "flaw"), [("x/\0note", "U\\+0000"), ("x/\ud800", "surrogate")])

@@ -11,21 +11,23 @@ many machines may share one store:
   refused and the winner's rows are untouched. The primary key
   ``(session_id, seq)`` is the second guard;
 - ownership (docs/durability.md): the one writer of a session holds a session-level
-  advisory lock on a dedicated connection of its store, from the claim (resume, load, first write)
-  until ``release``/``delete``/``close``. Any other store object, here or on another
-  machine, gets ``SessionLockedError`` naming the holder (the lock connection's
-  ``application_name`` carries host and pid). The server drops the lock with the
-  connection, so a dead holder's claim ends by itself, when its process dies or, on a
-  lost machine, when the server notices the connection is gone (TCP keepalives).
+  advisory lock on a dedicated connection of its store (``claims``), from the claim
+  (resume, load, first write) until ``release``/``delete``/``close``. Any other store
+  object, here or on another machine, gets ``SessionLockedError`` naming the holder. The
+  server drops the lock with the connection, so a dead holder's claim ends by itself; a
+  connection lost while the process lives is replaced and its claims taken again.
 
 Connections come from an asyncpg pool, created (and the schema checked or created) on
-first use; ``close()`` releases it.
+first use; ``close()`` releases it. Every driver or socket error is translated at this
+module's boundary (``failures``). A child forked from this process drops the
+connections it inherited (``connections``) and starts afresh when it uses the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final, final
@@ -34,14 +36,7 @@ from urllib.parse import urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.errors import (
-    ConfigError,
-    CorruptLogError,
-    LedgerError,
-    SeqMismatchError,
-    SessionLockedError,
-    SessionNotFoundError,
-)
+from sessionledger.errors import ConfigError, CorruptLogError, LedgerError
 from sessionledger.events import SessionHeader
 from sessionledger.listing import SessionQuery, StoredSummary
 from sessionledger.logstore import (
@@ -57,8 +52,11 @@ from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.searching import IndexedText, TextQuery
 from sessionledger.summaries import SessionSummary
-from sessionledger_postgres import claims, options, queries, rows
+from sessionledger_postgres import options, queries, rows
 from sessionledger_postgres import schema as schema_module
+from sessionledger_postgres.claims import Claims
+from sessionledger_postgres.connections import TrackedConnection
+from sessionledger_postgres.failures import translate
 from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
 from sessionledger_postgres.statements import Statements
 from sessionledger_postgres.upgrade import upgrade_v1
@@ -120,10 +118,10 @@ class PostgresLogStore(LogStore):
         self._pool: asyncpg.Pool | None = None
         self._gate = asyncio.Lock()
         self._shut = False
-        # The connection holding this store's claims (advisory locks), and the claims.
-        self._lock_conn: asyncpg.Connection | None = None
-        self._lock_gate = asyncio.Lock()
-        self._held: set[str] = set()
+        self._claims = self._new_claims()
+        # The process and event loop the connections belong to (set on first use).
+        self._pid = os.getpid()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def schema(self) -> str:
@@ -135,6 +133,29 @@ class PostgresLogStore(LogStore):
 
     # -- pool, connections and errors ------------------------------------------------------
 
+    def _new_claims(self) -> Claims:
+        return Claims(
+            self._dsn, self._schema, connect_timeout=self._connect_timeout, where=self._location
+        )
+
+    def _here(self) -> None:
+        """Check the store is used where its connections live: in this process (a forked
+        child starts afresh: its inherited sockets were let go at the fork) and in the
+        event loop that opened them (another loop may start afresh while none is open)."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop and self._pid == os.getpid():
+            return
+        if self._pid == os.getpid() and (self._pool is not None or not self._claims.idle):
+            raise ConfigError(
+                f"PostgreSQL store {self._location} has connections open in another event "
+                "loop, which they belong to: use one store object per event loop, or close "
+                "it in its loop first"
+            )
+        self._pid, self._loop = os.getpid(), loop
+        self._pool = None
+        self._gate = asyncio.Lock()
+        self._claims = self._new_claims()
+
     async def _create_pool(self, server_settings: dict[str, str] | None) -> asyncpg.Pool:
         minimum, maximum = self._pool_sizes
         try:
@@ -145,13 +166,15 @@ class PostgresLogStore(LogStore):
                 timeout=self._connect_timeout,
                 command_timeout=self._command_timeout,
                 server_settings=server_settings,
+                connection_class=TrackedConnection,
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        except Exception as error:  # whatever the driver raises: the URL cannot be used
             raise ConfigError(
                 f"cannot connect to PostgreSQL at {self._location}: {error}"
             ) from error
 
     async def _get_pool(self) -> asyncpg.Pool:
+        self._here()
         async with self._gate:
             if self._shut:
                 raise ConfigError(f"PostgreSQL store {self._location} is closed")
@@ -171,9 +194,9 @@ class PostgresLogStore(LogStore):
                     await pool.close()
                     pool = await self._create_pool({"synchronous_commit": "on"})
             except BaseException as error:
-                await pool.close()
-                if isinstance(error, (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)):
-                    raise self._translate(error, None) from error
+                pool.terminate()
+                if isinstance(error, Exception):
+                    raise translate(error, self._location) from error
                 raise
             self._pool = pool
             return pool
@@ -186,50 +209,14 @@ class PostgresLogStore(LogStore):
         try:
             async with pool.acquire() as conn:
                 yield conn
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        except (LedgerError, _Refused):
+            raise
+        except Exception as error:  # acquiring, the body's statements and releasing alike
             raise self._translate(error, session_id) from error
 
     def _translate(self, error: Exception, session_id: str | None) -> LedgerError:
-        """Map a driver or OS error to the library's errors (the only place that does)."""
-        where = self._location
-        if isinstance(error, asyncpg.UniqueViolationError):
-            return SeqMismatchError(
-                f"rows already stored at the batch's seqs (written past next_seq?): {error}",
-                session_id=session_id,
-            )
-        if isinstance(error, asyncpg.ForeignKeyViolationError):
-            return SessionNotFoundError(
-                "session is no longer stored (deleted by another writer?)", session_id=session_id
-            )
-        if isinstance(
-            error,
-            (
-                asyncpg.LockNotAvailableError,
-                asyncpg.DeadlockDetectedError,
-                asyncpg.SerializationError,
-            ),
-        ):
-            return SessionLockedError(f"PostgreSQL refused a lock: {error}", session_id=session_id)
-        if isinstance(
-            error,
-            (
-                asyncpg.InvalidAuthorizationSpecificationError,
-                asyncpg.InvalidCatalogNameError,
-                asyncpg.InsufficientPrivilegeError,
-            ),
-        ):
-            return ConfigError(f"PostgreSQL at {where} refused access: {error}")
-        if isinstance(error, asyncpg.DataCorruptedError):
-            return CorruptLogError(
-                f"PostgreSQL reports damaged data: {error}", session_id=session_id, path=where
-            )
-        if isinstance(error, (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)):
-            return LedgerError(
-                f"lost the connection to PostgreSQL at {where} (a write in flight may or may "
-                f"not have committed; reload the session to know): {error}",
-                session_id=session_id,
-            )
-        return LedgerError(f"PostgreSQL failed on {where}: {error}", session_id=session_id)
+        """Map a driver or OS error to the library's errors (``failures``, the one place)."""
+        return translate(error, self._location, session_id)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -239,51 +226,14 @@ class PostgresLogStore(LogStore):
         await self._hold(session_id)
 
     async def _hold(self, session_id: str) -> None:
-        """Take (once) the advisory lock of *session_id*, or raise ``SessionLockedError``;
-        a claim whose connection was lost is refused, since another writer may have
-        taken over."""
-        async with self._lock_gate:
-            conn = self._lock_conn
-            if session_id in self._held:
-                if conn is None or conn.is_closed():
-                    raise SessionLockedError(
-                        "the connection holding this session's claim was lost; another "
-                        "writer may have taken over (release the session and resume it)",
-                        session_id=session_id,
-                    )
-                return
-            key = claims.lock_key(self._schema, session_id)
-            try:
-                if conn is None or conn.is_closed():
-                    self._held.clear()  # locks die with their connection
-                    conn = self._lock_conn = await asyncpg.connect(
-                        self._dsn,
-                        timeout=self._connect_timeout,
-                        server_settings={"application_name": claims.holder_name()},
-                    )
-                taken = await conn.fetchval(claims.TRY_LOCK, key)
-                holder = (
-                    None if taken else await conn.fetchrow(claims.HOLDER, *claims.key_halves(key))
-                )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
-                raise self._translate(error, session_id) from error
-            if not taken:
-                raise SessionLockedError(
-                    f"another writer holds the session ({claims.describe(holder)}); it is released "
-                    "when that writer releases or closes it, or its process ends",
-                    session_id=session_id,
-                )
-            self._held.add(session_id)
+        """Hold the advisory lock of *session_id* (taken again on a new connection if the
+        last one was lost), or raise ``SessionLockedError`` (``claims``)."""
+        self._here()
+        await self._claims.hold(session_id)
 
     async def _release(self, session_id: str) -> None:
-        async with self._lock_gate:
-            conn = self._lock_conn
-            if session_id not in self._held:
-                return
-            self._held.discard(session_id)
-            if conn is not None and not conn.is_closed():
-                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await conn.fetchval(claims.UNLOCK, claims.lock_key(self._schema, session_id))
+        self._here()
+        await self._claims.release(session_id)
 
     # -- storage primitives ----------------------------------------------------------------
 
@@ -518,20 +468,23 @@ class PostgresLogStore(LogStore):
         return records
 
     async def close(self) -> None:
-        async with self._gate:
+        """Release every connection, claims first; never raises a driver error (nothing is
+        left to write by then; a connection that will not close is ended)."""
+        if self._pid != os.getpid():
+            self._here()  # a forked child's inherited store: nothing of it to close here
+        async with self._gate:  # after a pool being created
             self._shut = True
             pool, self._pool = self._pool, None
-        async with self._lock_gate:
-            conn, self._lock_conn = self._lock_conn, None
-            self._held.clear()
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            if conn is not None:
-                await conn.close(timeout=_GRACEFUL_CLOSE_S)
-        if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), _GRACEFUL_CLOSE_S)
-            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        await self._claims.close()
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), _GRACEFUL_CLOSE_S)
+        except BaseException as error:
+            with contextlib.suppress(Exception):  # e.g. the loop it belongs to has ended
                 pool.terminate()
+            if not isinstance(error, Exception):
+                raise
 
 
 class _Refused(Exception):

@@ -4,7 +4,8 @@
 with ``pg_ctl`` listening only on a Unix socket inside that directory (no TCP port, so
 nothing else on the machine can reach it and two servers never collide), creates one
 database and returns its URL; ``stop()`` shuts the cluster down and removes the
-directory. The server binaries are found by path, not through Python: ``$SESSIONLEDGER_PG_BIN``,
+directory; ``restart()`` ends every connection as a failover would. The server binaries
+are found by path, not through Python: ``$SESSIONLEDGER_PG_BIN``,
 then ``initdb`` on ``PATH``, then the newest ``/usr/lib/postgresql/*/bin`` (Debian's
 layout, which ``apt-get install postgresql`` provides without touching ``PATH``).
 
@@ -278,6 +279,32 @@ class ThrowawayServer:
             raise ServerUnavailable(f"createdb failed: {_last_lines(created.stderr)}")
         self.url = f"postgresql://{_ROLE}@/{self.database}?host={self._base}&port={_PORT}"
         return self.url
+
+    def restart(self) -> None:
+        """Restart the running server (``pg_ctl restart --mode fast``): every connection
+        is ended, as by a failover or an administrator, and the data stays."""
+        if not self._running or self._base is None or self.log_path is None:
+            raise ServerUnavailable("the server is not running")
+        restarted = self._run(
+            [
+                "pg_ctl",
+                "--pgdata",
+                str(self._base / "data"),
+                "--log",
+                str(self.log_path),
+                "--mode",
+                "fast",
+                "--wait",
+                "--timeout",
+                str(_START_TIMEOUT_S),
+                "restart",
+            ],
+            as_server=True,
+        )
+        if restarted.returncode != 0:
+            raise ServerUnavailable(
+                f"pg_ctl could not restart the server: {_last_lines(restarted.stderr)}"
+            )
 
     def stop(self) -> None:
         """Stop the server and delete its directory (safe to call more than once)."""
