@@ -29,7 +29,8 @@ from typing import Final
 import orjson
 
 from sessionledger.errors import SessionLockedError
-from sessionledger.files import DIR_MODE, FILE_MODE, open_private_file
+from sessionledger.files import DIR_MODE, FILE_MODE
+from sessionledger.links import open_own_file
 
 __all__ = ["Claims", "claim_offset"]
 
@@ -57,7 +58,8 @@ class Claims:
     """The writer claims of one store object.
 
     *lock_path* is the lock file (created ``0600`` on the first claim), *notes_path* the
-    directory of holder notes (created ``0700``); neither may be a symbolic link.
+    directory of holder notes (created ``0700``); neither may be a symbolic link, and a
+    lock file with another name is refused (``ConfigError``, docs/durability.md).
     *prepare* runs before the first claim (a store creates its directory there).
     """
 
@@ -112,7 +114,7 @@ class Claims:
         if self._fd is None:
             if self._prepare is not None:
                 self._prepare()
-            fd = open_private_file(self._lock_path, os.O_RDWR)
+            fd = open_own_file(self._lock_path, os.O_RDWR)
             self._fd = fd
             # A store dropped without close lets go of its claims when it is collected,
             # as a process that ends does.
@@ -147,9 +149,13 @@ class Claims:
         directory = self._notes(create=True)
         name = self._note_name(session_id)
         try:
+            # A new file every time: a name left there (a hard link to a file elsewhere
+            # too) is removed, never written through.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{name}.tmp", dir_fd=directory)
             fd = os.open(
                 f"{name}.tmp",
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NO_FOLLOW,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW,
                 FILE_MODE,
                 dir_fd=directory,
             )

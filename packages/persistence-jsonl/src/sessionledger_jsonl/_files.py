@@ -24,12 +24,14 @@ from typing import Final
 from sessionledger._failpoints import failpoint, failpoint_armed
 from sessionledger.errors import ConfigError, ResourceLimitError
 from sessionledger.files import DIR_MODE, FILE_MODE, missing_directories, open_private_file
+from sessionledger.links import mount_points, single_name_refusal
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "FileSystem",
     "HardLinkUnsupportedError",
+    "SharedFileRefusedError",
     "translate_os_error",
 ]
 
@@ -51,11 +53,18 @@ class SymlinkRefusedError(OSError):
     """A symbolic link stands where the store expects a directory or a file."""
 
 
+class SharedFileRefusedError(OSError):
+    """A file the store writes has another name (a hard link), so a write would land
+    outside the store too; ``strerror`` says so (docs/durability.md)."""
+
+
 def translate_os_error(error: OSError, session_id: str | None) -> BaseException:
     """Map an OSError to the ``LedgerError`` a user can act on, or return it unchanged:
     I/O errors stay ``OSError``, and the failed operation may be retried as it is."""
     where = error.filename or "the jsonl store"
     reason = error.strerror or str(error)
+    if isinstance(error, SharedFileRefusedError):
+        return ConfigError(reason, session_id=session_id)
     if isinstance(error, SymlinkRefusedError) or error.errno == errno.ELOOP:
         return ConfigError(
             f"{where!s} is a symbolic link; the jsonl store never follows links inside "
@@ -201,6 +210,18 @@ class FileSystem:
     def status(self, fd: int) -> os.stat_result:
         return os.fstat(fd)
 
+    def check_one_name(self, fd: int, name: str, dir_fd: int) -> None:
+        """Raise ``SharedFileRefusedError`` when the open file *name* (inside *dir_fd*)
+        has another name: a write to it would land outside the store too."""
+        path = self.path(name, dir_fd)
+        refusal = single_name_refusal(path, self.status(fd))
+        if refusal is not None:
+            raise SharedFileRefusedError(errno.EMLINK, str(refusal), path)
+
+    def mount_points(self) -> frozenset[str]:
+        """Every mount point this process sees (``sessionledger.links``)."""
+        return mount_points()
+
     def read_all(self, fd: int) -> bytes:
         """Read the file from its start to its end, wherever the end is by then.
 
@@ -279,6 +300,7 @@ class FileSystem:
         index and the audit log both keep their records this way."""
         fd, created = self.open_appending(name, dir_fd)
         try:
+            self.check_one_name(fd, name, dir_fd)
             # Appenders take turns: a concurrent line that crosses a page boundary becomes
             # visible in two steps, and the torn-line check below must not see it half
             # written (it would add an empty line). Readers never need the lock.
@@ -343,9 +365,12 @@ class FileSystem:
         for path in missing_directories(root):
             parent_fd = self.open_root(os.path.dirname(path))
             try:
-                with contextlib.suppress(FileExistsError):
-                    self.mkdir(os.path.basename(path), parent_fd)
+                name = os.path.basename(path)
+                try:
+                    self.mkdir(name, parent_fd)
                     failpoint("jsonl.mkdir.before-fsync")
+                except FileExistsError:
+                    self.close(self.open_dir(name, parent_fd))  # made meanwhile, or a link
                 if fsync:
                     self.fsync(parent_fd)
             finally:

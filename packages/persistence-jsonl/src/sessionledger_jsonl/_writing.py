@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from sessionledger._failpoints import failpoint
 from sessionledger.claims import Claims
 from sessionledger.errors import ConfigError, SessionLockedError, SessionNotFoundError
+from sessionledger.links import refuse_mount_points
 from sessionledger.logstore import Batch, Repair, RepairReceipt
 from sessionledger_jsonl._directories import Place, SessionDirectories
 from sessionledger_jsonl._files import FileSystem, HardLinkUnsupportedError
@@ -198,8 +199,22 @@ class Writers:
         return True
 
     def claim(self, session_id: str) -> None:
-        """Become the session's one writer, or raise ``SessionLockedError``."""
+        """Become the session's one writer, or raise ``SessionLockedError``; a stored log
+        with another name is refused here, before anything is written (``ConfigError``)."""
+        if self._claims.holds(session_id):
+            return
+        self._check_mounts()
         self._claims.claim(session_id)
+        try:
+            place = self._directories.find(session_id)
+            if place is not None:
+                with self._log(_Writer(place, 0)) as (directory, fd):
+                    self._check_one_name(directory, fd)
+        except (FileNotFoundError, SessionNotFoundError):
+            pass  # deleted meanwhile: nothing stored to check
+        except BaseException:
+            self._claims.release(session_id)
+            raise
 
     def release(self, session_id: str) -> None:
         """Let go of the session's writer lock, if this store holds it."""
@@ -412,7 +427,8 @@ class Writers:
             raise SessionNotFoundError("the session has no stored log", session_id=session_id)
         self._lock(session_id, place)
         try:
-            with self._log(_Writer(place, 0)) as (_, fd):
+            with self._log(_Writer(place, 0)) as (directory, fd):
+                self._check_one_name(directory, fd)
                 size = self._system.size(fd)
                 incarnation = incarnation_of(self._system.first_line(fd))
         except FileNotFoundError as error:
@@ -429,9 +445,30 @@ class Writers:
     def _lock(self, session_id: str, place: Place) -> None:
         """Take the session's writer lock without waiting, or raise ``SessionLockedError``
         (naming the holder, and where the session lives)."""
+        if not self._claims.holds(session_id):
+            self._check_mounts()
         try:
             self._claims.claim(session_id)
         except SessionLockedError as error:
             error.add_note(f"the session's log: {self._directories.path(place)}")
             raise
         failpoint("jsonl.lock.after-acquire")
+
+    def _check_mounts(self) -> None:
+        """Refuse a mount point inside the root (``ConfigError``): a directory or file
+        bound there from another store would be written without that store's lock."""
+        refuse_mount_points((), within=self._directories.root, mounts=self._system.mount_points())
+
+    def _check_one_name(self, directory: int, fd: int) -> None:
+        """Refuse a log with another name (a hard link, maybe into another store, whose
+        writers would not meet this store's lock). A publish interrupted between its
+        ``link`` and the temp file's ``unlink`` leaves that temp file as a second name:
+        this writer holds the session, so it removes it first, as a new publish does."""
+        system = self._system
+        if system.status(fd).st_nlink != 1:
+            for name, _ in system.entries(directory):
+                if name.startswith(f"{LOG_NAME}.") and name.endswith(_TEMP_SUFFIX):
+                    system.unlink(name, directory)
+            if self._fsync:
+                system.fsync(directory)
+        system.check_one_name(fd, LOG_NAME, directory)

@@ -21,6 +21,7 @@ from typing import Any, Final, ParamSpec, TypeVar, final
 
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
+from sessionledger.links import pinned
 from sessionledger.listing import StoredSummary
 from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
@@ -63,7 +64,9 @@ class JsonlLogStore(LogStore):
         raw = os.fspath(root)
         if not isinstance(raw, str) or not raw:
             raise ConfigError(f"jsonl root must be a non-empty str path, got {raw!r}")
-        self.root: Final = os.path.abspath(raw)
+        # The root's own links (and its parents') are followed once, here: the store stays
+        # in the directory it was opened in (docs/durability.md).
+        self.root: Final = pinned(raw, resolve_last=True)
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise ConfigError(f"jsonl root {self.root!r} exists and is not a directory")
         self.fsync: Final = fsync
@@ -209,10 +212,11 @@ class JsonlLogStore(LogStore):
 class JsonlPersistence(SessionPersistence):
     """Store sessions as JSONL files under *root* (docs/formats.md); URL ``jsonl:DIR``.
 
-    *root* is made absolute at construction and created (mode ``0700``) on the first
-    write. ``fsync=False`` skips every fsync: faster, and a power loss may then lose or
-    tear recent batches (a process crash still cannot). *event_types* is the registry
-    the read path accepts (default: core vocabulary plus entry-point plugins).
+    *root* is made absolute (links resolved) at construction and created (mode
+    ``0700``) on the first write. ``fsync=False`` skips every fsync: faster, and a power
+    loss may then lose or tear recent batches (a process crash still cannot).
+    *event_types* is the registry the read path accepts (default: core vocabulary plus
+    entry-point plugins).
     *filesystem* replaces the seam every file-system call goes through (for tests).
     """
 
@@ -234,7 +238,7 @@ class JsonlPersistence(SessionPersistence):
 
     @property
     def root(self) -> str:
-        """The store's root directory (absolute)."""
+        """The store's root directory (absolute, its links resolved)."""
         return self._jsonl.root
 
     def locate(self, header: SessionHeader) -> str:

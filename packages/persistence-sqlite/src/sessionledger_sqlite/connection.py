@@ -22,7 +22,7 @@ from typing import Final, Literal, final
 import aiosqlite
 
 from sessionledger.errors import ConfigError, LedgerError
-from sessionledger_sqlite import failures, schema, upgrade
+from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
 
 __all__ = ["Refused", "StoreConnection"]
@@ -79,6 +79,9 @@ class StoreConnection:
         self._reader_finalizer: weakref.finalize[..., StoreConnection] | None = None
         self._gate = asyncio.Lock()
         self._shut = False
+        #: The database file the connections were opened on (names.file_identity), kept
+        #: so that a claim can tell the path still names it.
+        self.opened: names.FileIdentity | None = None
 
     @property
     def db(self) -> aiosqlite.Connection | None:
@@ -103,6 +106,7 @@ class StoreConnection:
                 else None
             ),
         )
+        await self._pin(db)
         self._db = db
         self._finalizer = weakref.finalize(self, _abandon, db, self.path)
         self._finalizer.atexit = False  # at exit the daemon worker ends with the process
@@ -116,12 +120,26 @@ class StoreConnection:
         if self._db is not None or self.path == MEMORY or self.upgrade:
             return await self._connect()  # an upgrade writes, so it needs the writer
         if self._reader is None:
-            self._reader = await schema.open_reader(self.path, self.busy_timeout)
+            reader = await schema.open_reader(self.path, self.busy_timeout)
+            if reader is not None:
+                await self._pin(reader)
+            self._reader = reader
             if self._reader is not None:
                 finalizer = weakref.finalize(self, _abandon, self._reader, self.path)
                 finalizer.atexit = False
                 self._reader_finalizer = finalizer
         return self._reader
+
+    async def _pin(self, db: aiosqlite.Connection) -> None:
+        """Note which file *db* was opened on (the same one as before, if any)."""
+        if self.path == MEMORY:
+            return
+        try:
+            self.opened = await asyncio.to_thread(names.check_same_file, self.path, self.opened)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await db.close()
+            raise
 
     async def _close_reader(self) -> None:
         reader, self._reader = self._reader, None

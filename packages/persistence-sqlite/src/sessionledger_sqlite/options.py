@@ -9,6 +9,7 @@ import os
 from typing import Final, Literal
 
 from sessionledger.errors import ConfigError
+from sessionledger.links import pinned
 
 __all__ = ["MEMORY", "check_options", "check_path"]
 
@@ -34,12 +35,13 @@ def check_options(synchronous: str, busy_timeout: float) -> Literal["FULL", "NOR
 
 
 def check_path(path: str | os.PathLike[str]) -> str:
-    """Return *path* absolute (``~`` expanded) or ``MEMORY``: the store's one name for
-    its database, whatever the working directory is later."""
+    """Return *path* absolute (``~`` expanded, the links of its parent directories
+    resolved: ``links.pinned``) or ``MEMORY``: the store's one name for its database,
+    whatever the working directory is later or a parent link points to then."""
     try:
         text = os.fspath(path)
     except TypeError as error:
         raise ConfigError(f"database path must be a str or path, got {path!r}") from error
     if type(text) is not str or not text or "\0" in text:
         raise ConfigError(f"invalid database path {path!r}")
-    return text if text == MEMORY else os.path.abspath(os.path.expanduser(text))
+    return text if text == MEMORY else pinned(os.path.expanduser(text))

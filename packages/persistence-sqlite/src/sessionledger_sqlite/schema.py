@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import stat
 import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ import aiosqlite
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError
 from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
+from sessionledger_sqlite import names
 from sessionledger_sqlite.ddl import (
     APPLICATION_ID,
     DDL,
@@ -164,21 +164,29 @@ async def _set_wal(db: aiosqlite.Connection, *, memory: bool, busy_timeout: floa
         )
 
 
-def create_file(path: str) -> None:
-    """Create the database file with mode 0600 (and its directory, 0700) if missing.
+def create_file(path: str) -> os.stat_result:
+    """Create the database file with mode 0600 (and its directory, 0700) if missing, and
+    return its status once it and the files beside it are checked to be the store's own
+    (``names.check_names``: no link, no other name; ``ConfigError`` otherwise).
 
     SQLite would create it with the umask's permissions; a session log holds prompts and
     tool output, so it is private from the first byte. The WAL and shared-memory files
     inherit the database file's permissions.
     """
+    names.check_names(path)  # a link refused before anything is created
     directory = os.path.dirname(path)
     make_private_dirs(directory, fsync=True)
     try:
         os.close(open_private_file(path, os.O_WRONLY | os.O_EXCL))
     except FileExistsError:
-        return
-    fsync_dir(directory)  # the new file's entry is durable before anything is stored in it
-    failpoint("sqlite.schema.after-create-file")
+        pass  # an existing file, or a link (O_EXCL never follows one): checked below
+    else:
+        fsync_dir(directory)  # the new file's entry is durable before anything is stored in it
+        failpoint("sqlite.schema.after-create-file")
+    status = names.check_names(path)
+    if status is None:
+        raise ConfigError(f"the database {path!r} was removed while it was being opened")
+    return status
 
 
 async def connect_daemon(
@@ -222,14 +230,9 @@ async def open_reader(path: str, busy_timeout: float) -> aiosqlite.Connection | 
     Where the directory cannot hold the ``-wal``/``-shm`` files a reader of a WAL
     database needs (read-only media), it opens the file as immutable instead.
     """
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
+    found = await asyncio.to_thread(names.check_names, path)  # a link refused, typed
+    if found is None:
         return None
-    except OSError as error:  # a parent that is a file, a directory it may not search
-        raise ConfigError(f"cannot open the database {path!r}: {error.strerror}") from error
-    if not stat.S_ISREG(found.st_mode):
-        raise ConfigError(f"cannot open the database {path!r}: it is not a regular file")
     location = "file:" + urllib.parse.quote(path)
     for options in _READ_ONLY_OPENS:
         if options != _READ_ONLY_OPENS[0] and _wal_size(path):
@@ -242,6 +245,7 @@ async def open_reader(path: str, busy_timeout: float) -> aiosqlite.Connection | 
             )
         db = await connect_daemon(f"{location}?{options}", busy_timeout, uri=True)
         try:
+            await asyncio.to_thread(names.check_same_file, path, names.file_identity(found))
             await db.execute_fetchall("PRAGMA trusted_schema = OFF")
             await db.execute_fetchall("BEGIN")
             try:
@@ -290,10 +294,11 @@ async def open_database(
     Raises ``FormatUnsupportedError`` for a database this build must not use, leaving the
     file untouched; only ``sqlite3.Error`` and ``OSError`` escape otherwise.
     """
-    if not memory:
-        await asyncio.to_thread(create_file, path)
+    opened = None if memory else names.file_identity(await asyncio.to_thread(create_file, path))
     db = await connect_daemon(path, busy_timeout)
     try:
+        if opened is not None:  # the name SQLite opened is still the file checked
+            await asyncio.to_thread(names.check_same_file, path, opened)
         await prepare(
             db,
             location=path,

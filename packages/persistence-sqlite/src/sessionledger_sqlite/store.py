@@ -34,7 +34,7 @@ from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.searching import IndexedText, TextQuery
 from sessionledger.summaries import SessionSummary
-from sessionledger_sqlite import batches, indexes, queries
+from sessionledger_sqlite import batches, indexes, names, queries
 from sessionledger_sqlite.connection import Refused, StoreConnection
 from sessionledger_sqlite.options import MEMORY, check_options, check_path
 from sessionledger_sqlite.reading import (
@@ -165,13 +165,18 @@ class SqliteLogStore(LogStore):
 
     async def claim(self, session_id: str) -> None:
         """Claim through ``<database>.locks`` (``sessionledger.claims``); a private
-        in-memory database has no other writer."""
+        in-memory database has no other writer. The database's names are checked again
+        first (``names``): a link made since the store opened it is refused here."""
         if self._claims is None:
             return
         try:
-            await asyncio.to_thread(self._claims.claim, session_id)
+            await asyncio.to_thread(self._claim, self._claims, session_id)
         except OSError as error:
             raise self._connections.translate(error, session_id) from error
+
+    def _claim(self, claims: Claims, session_id: str) -> None:
+        names.check_same_file(self.path, self._connections.opened)
+        claims.claim(session_id)
 
     async def release(self, session_id: str) -> None:
         if self._claims is not None:
@@ -425,7 +430,7 @@ class SqliteLogStore(LogStore):
 class SqlitePersistence(SessionPersistence):
     """Keep session logs in one SQLite database file (or ``:memory:``), through aiosqlite.
 
-    Construction is synchronous and touches nothing; the file is created (mode 0600) and
+    Construction is synchronous and creates nothing; the file is created (mode 0600) and
     checked on first use. ``synchronous="NORMAL"`` trades the durability of the last
     commits on power loss (not on a process crash) for fewer fsyncs; ``busy_timeout`` is
     how long a write waits, in seconds, for another connection's write lock.
@@ -454,7 +459,8 @@ class SqlitePersistence(SessionPersistence):
 
     @property
     def path(self) -> str:
-        """The database path (absolute), or ``":memory:"``."""
+        """The database path (absolute, its parent directories' links resolved), or
+        ``":memory:"``."""
         return self._sqlite.path
 
     def __repr__(self) -> str:
