@@ -71,7 +71,8 @@ class FakeSink:
         self.running = self.most_running = 0
         self._gates: deque[asyncio.Future[bool]] = deque()
 
-    async def __call__(self, batch: list[SessionEvent]) -> None:
+    async def __call__(self, batch: list[SessionEvent], sizes: list[int]) -> None:
+        assert len(sizes) == len(batch)
         self.attempts.append([event.seq for event in batch])
         self.running += 1
         self.most_running = max(self.most_running, self.running)
