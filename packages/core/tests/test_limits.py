@@ -107,6 +107,44 @@ def test_the_append_path_counts_a_delta_as_measured_afresh(
     assert delta_bytes(event, fields) == event_bytes(event) >= envelope_size(event)
 
 
+def test_the_count_is_tight_for_the_largest_envelopes() -> None:
+    """Every field at its largest, every character escaped as \\u00XX: the count is at
+    most a few dozen bytes above the envelope (so each allowance in it is needed)."""
+    controls = "\x01" * 200
+    events = [
+        SessionEvent.from_json(
+            {
+                "type": "x/" + controls,
+                "seq": _M,
+                "time": -_M,
+                "data": {"a": controls},
+                "surfaceOp": {"op": "replace", "start": _M, "end": _M},
+                "sourceEventSeqs": [_M] * 5,
+                "ignorable": True,
+            }
+        )
+    ]
+    for chunk in (
+        {"type": "reasoning-delta", "index": _M, "text": controls},
+        {"type": "text-delta", "index": _M, "text": controls},
+        {"type": "tool-call-delta", "index": _M, "id": controls, "argumentsDelta": controls},
+        {
+            "type": "tool-call-delta",
+            "index": _M,
+            "id": controls,
+            "name": controls,
+            "argumentsDelta": controls,
+        },
+    ):
+        frozen = freeze_delta({"turn": _M, "step": _M, "chunk": chunk})
+        assert frozen is not None
+        event = SessionEvent("assistant/chunk", _M, -_M, frozen[0])
+        assert delta_bytes(event, frozen[1]) == event_bytes(event)
+        events.append(event)
+    for event in events:
+        assert 0 <= event_bytes(event) - envelope_size(event) <= 40, event.type
+
+
 def test_a_long_delta_is_counted_exactly_and_a_plain_one_not_six_times() -> None:
     plain = "a" * (EXACT_ABOVE // 4)
     controls = "\x01" * (EXACT_ABOVE // 4)
