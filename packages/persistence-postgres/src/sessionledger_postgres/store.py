@@ -60,7 +60,7 @@ from sessionledger.summaries import SessionSummary
 from sessionledger_postgres import claims, options, queries, rows
 from sessionledger_postgres import schema as schema_module
 from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
-from sessionledger_postgres.statements import Statements
+from sessionledger_postgres.statements import LARGEST_BATCH, Statements
 from sessionledger_postgres.upgrade import upgrade_v1
 
 __all__ = ["PostgresLogStore", "PostgresPersistence"]
@@ -74,10 +74,6 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-#: The largest batch (and event) this store writes, as ``event_bytes`` counts them.
-_LARGEST_BATCH: Final = ((1 << 30) - (32 << 20)) // 2
-
-
 @final
 class PostgresLogStore(LogStore):
     """The storage primitives of the PostgreSQL backend (options as ``PostgresPersistence``)."""
@@ -87,13 +83,8 @@ class PostgresLogStore(LogStore):
     quarantines = False  # a repair that would delete rows is refused
     max_row_members = 1024
     max_row_bytes = 1 << 20
-    # A batch is one statement: one protocol message, every column one array value, and
-    # PostgreSQL takes neither over 1 GiB. The message holds each event's data and its
-    # search text (never longer than the data), each row's other columns (less than the
-    # envelope ``event_bytes`` counts around the data), and the header and summary:
-    # twice a batch's bytes, plus a 32 MiB reserve, stays under 1 GiB.
-    max_event_bytes = _LARGEST_BATCH
-    max_batch_bytes = _LARGEST_BATCH
+    max_event_bytes = LARGEST_BATCH  # a batch is one message (statements.LARGEST_BATCH)
+    max_batch_bytes = LARGEST_BATCH
     indexes_text = True  # search_text, written with each batch
     keeps_audit = True  # the audit table
 
