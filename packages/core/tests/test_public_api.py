@@ -51,7 +51,8 @@ CODES: dict[str, set[str]] = {
     "StorageRowError": {"BAD_STORAGE_ROW"},
     "SessionLockedError": {"LOCKED"},
     "ConfigError": {"CONFIG"},
-    "EventDataError": {"BAD_DATA"},
+    "EventDataError": {"BAD_DATA", "TOO_LARGE"},
+    "BacklogFullError": {"BACKLOG_FULL"},
     "ResourceLimitError": {"RESOURCE_LIMIT"},
     "UnknownEventTypeError": {"UNKNOWN_EVENT_TYPE"},
 }
@@ -60,6 +61,7 @@ CODES: dict[str, set[str]] = {
 PUBLIC_NAMES = [
     "APPEND",
     "SESSION_FORMAT_VERSION",
+    "Backlog",
     "EventType",
     "FrozenDict",
     "Ledger",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sessionledger.errors import ConfigError, NotLiveError
 from sessionledger.events import SessionEvent
-from sessionledger.writebehind import WriteBehind
+from sessionledger.writebehind import Tally, WriteBehind
 
 # -- test doubles for the two seams: the clock and the sink ---------------------------------
 
@@ -68,10 +68,12 @@ class FakeSink:
         self.fail = fail
         self.attempts: list[list[int]] = []
         self.written: list[list[int]] = []
+        self.written_sizes: list[list[int]] = []
         self.running = self.most_running = 0
         self._gates: deque[asyncio.Future[bool]] = deque()
 
-    async def __call__(self, batch: list[SessionEvent]) -> None:
+    async def __call__(self, batch: list[SessionEvent], sizes: list[int]) -> None:
+        assert len(sizes) == len(batch)
         self.attempts.append([event.seq for event in batch])
         self.running += 1
         self.most_running = max(self.most_running, self.running)
@@ -87,6 +89,7 @@ class FakeSink:
             if fail:
                 raise SinkError(f"write of {len(batch)} failed")
             self.written.append([event.seq for event in batch])
+            self.written_sizes.append(list(sizes))
         finally:
             self.running -= 1
 
@@ -184,6 +187,80 @@ async def test_one_write_at_a_time_and_an_over_budget_tail_follows_at_once() -> 
     assert sink.written == [[0], [1]]
     assert wb.idle
     assert clock.armed == 0
+
+
+# -- batches capped by bytes -----------------------------------------------------------------
+
+
+async def test_a_backlog_over_the_cap_is_written_in_batches_that_fit() -> None:
+    clock, sink = ManualClock(), FakeSink()
+    tally = Tally()
+    wb = make(sink, clock, max_batch_bytes=10, tally=tally)
+    for seq, size in enumerate([4, 4, 4, 12, 1, 9, 1]):
+        wb.admit(event(seq), size)
+    assert (wb.pending, wb.pending_bytes) == (7, 35)
+    assert (tally.events, tally.bytes) == (7, 35)
+    await wb.flush()
+    # greedy: as many as fit; an event over the cap goes alone
+    assert sink.written == [[0, 1], [2], [3], [4, 5], [6]]
+    assert sink.written_sizes == [[4, 4], [4], [12], [1, 9], [1]]
+    assert (wb.pending, wb.pending_bytes, tally.events, tally.bytes) == (0, 0, 0, 0)
+    assert wb.idle
+
+
+async def test_the_rest_of_a_split_backlog_follows_without_a_new_window() -> None:
+    clock, sink = ManualClock(), FakeSink()
+    wb = make(sink, clock, max_batch_bytes=2)
+    for seq in range(5):
+        wb.admit(event(seq), 1)
+    clock.advance(0.2)
+    await settle()
+    assert sink.written == [[0, 1], [2, 3], [4]]
+    assert wb.idle
+    assert clock.armed == 0
+
+
+async def test_a_failed_batch_of_a_split_backlog_keeps_only_what_is_not_durable() -> None:
+    clock, sink = ManualClock(), FakeSink(hold=True)
+    tally = Tally()
+    wb = make(sink, clock, max_batch_bytes=3, tally=tally)
+    for seq in range(7):
+        wb.admit(event(seq), 1)
+    flush = asyncio.create_task(wb.flush())
+    await settle()
+    sink.release()  # [0, 1, 2] lands
+    await settle()
+    sink.release(fail=True)  # [3, 4, 5] fails: the flush raises, those stay pending
+    with pytest.raises(SinkError):
+        await flush
+    assert sink.written == [[0, 1, 2]]
+    assert (wb.pending, wb.pending_bytes, tally.events, tally.bytes) == (4, 4, 4, 4)
+    wb.admit(event(7), 2)
+    assert (tally.events, tally.bytes) == (5, 6)
+    sink.hold = False
+    await wb.flush()
+    assert sink.written == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert sink.flat == list(range(8))
+    assert (wb.pending, wb.pending_bytes, tally.events, tally.bytes) == (0, 0, 0, 0)
+
+
+async def test_cancel_takes_what_is_pending_out_of_the_tally() -> None:
+    clock, sink = ManualClock(), FakeSink(hold=True)
+    tally = Tally()
+    wb = make(sink, clock, tally=tally)
+    wb.admit(event(0), 3)
+    clock.advance(0.2)
+    await settle()  # [0] is in flight
+    wb.admit(event(1), 4)
+    other = make(FakeSink(), clock, tally=tally)
+    other.admit(event(0), 5)
+    assert (tally.events, tally.bytes) == (3, 12)
+    wb.cancel()
+    assert (tally.events, tally.bytes) == (1, 5)  # only the other controller's
+    sink.release()  # the write in flight lands: the tally no longer hears of it
+    await settle()
+    assert (tally.events, tally.bytes) == (1, 5)
+    assert wb.pending == 1
 
 
 async def test_default_scheduler_uses_the_running_loop() -> None:
@@ -448,9 +525,15 @@ _OPS = st.one_of(
 )
 
 
-async def _run_schedule(hold: bool, ops: list[tuple[str, object]]) -> None:
+def size_of(seq: int) -> int:
+    """The size a schedule admits event *seq* with: mostly small, every seventh large."""
+    return 9 if seq % 7 == 6 else seq % 3 + 1
+
+
+async def _run_schedule(hold: bool, ops: list[tuple[str, object]], cap: int | None) -> None:
     clock, sink = ManualClock(), FakeSink(hold=hold)
-    wb = make(sink, clock)
+    tally = Tally()
+    wb = make(sink, clock, max_batch_bytes=cap, tally=tally)
     admitted: list[int] = []
     flushes: list[asyncio.Task[None]] = []
     short_flushes: list[int] = []  # a flush that succeeded before its events were durable
@@ -458,8 +541,15 @@ async def _run_schedule(hold: bool, ops: list[tuple[str, object]]) -> None:
     def check() -> None:
         assert admitted[: len(sink.flat)] == sink.flat  # in order, no duplicates
         assert wb.pending == len(admitted) - len(sink.flat)
+        unwritten = sum(size_of(seq) for seq in admitted[len(sink.flat) :])
+        assert wb.pending_bytes == unwritten
+        assert (tally.events, tally.bytes) == (wb.pending, unwritten)
         assert sink.most_running <= 1  # one write at a time
         assert short_flushes == []
+        for seqs, sizes in zip(sink.written, sink.written_sizes, strict=True):
+            assert sizes == [size_of(seq) for seq in seqs]
+            # each batch within the cap, or one event alone
+            assert cap is None or sum(sizes) <= cap or len(sizes) == 1
 
     def on_flushed(task: asyncio.Task[None], before: int) -> None:
         if not task.cancelled() and task.exception() is None and len(sink.flat) < before:
@@ -469,7 +559,7 @@ async def _run_schedule(hold: bool, ops: list[tuple[str, object]]) -> None:
         if op == "admit":
             for _ in range(int(arg)):  # type: ignore[call-overload]
                 admitted.append(len(admitted))
-                wb.admit(event(admitted[-1]))
+                wb.admit(event(admitted[-1]), size_of(admitted[-1]))
         elif op == "advance":
             clock.advance(int(arg) / 1000)  # type: ignore[call-overload]
         elif op == "release" and sink.waiting:
@@ -500,8 +590,11 @@ async def _run_schedule(hold: bool, ops: list[tuple[str, object]]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.booleans(), st.lists(_OPS, max_size=40))
+@given(st.booleans(), st.lists(_OPS, max_size=40), st.sampled_from([None, 1, 4, 10]))
 def test_random_schedules_write_every_event_once_in_order(
-    hold: bool, ops: list[tuple[str, object]]
+    hold: bool, ops: list[tuple[str, object]], cap: int | None
 ) -> None:
-    asyncio.run(_run_schedule(hold, ops))
+    """Every schedule of events, windows, holds, failures and flushes, with batches capped
+    by bytes or not: each event is written once, in order, each batch within the cap,
+    and the counts of what is pending are exact throughout."""
+    asyncio.run(_run_schedule(hold, ops, cap))

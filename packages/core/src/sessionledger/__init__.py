@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from sessionledger.derive import messages_at, transcript
     from sessionledger.errors import (
+        BacklogFullError,
         ConfigError,
         CorruptLogError,
         EventDataError,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     )
     from sessionledger.hookspecs import hookimpl, hookspec
     from sessionledger.ledger import Ledger, open_store
+    from sessionledger.limits import Backlog
     from sessionledger.registry import EventType, EventTypeRegistry
     from sessionledger.session import Session, SessionHooks
     from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
@@ -90,6 +92,8 @@ __all__ = [
     "APPEND",
     "SESSION_FORMAT_VERSION",
     "SURFACE_TYPES",
+    "Backlog",
+    "BacklogFullError",
     "ConfigError",
     "CorruptLogError",
     "EventDataError",
@@ -146,6 +150,7 @@ __all__ = [
 _EXPORTS: Final = {
     "sessionledger.derive": ("messages_at", "transcript"),
     "sessionledger.errors": (
+        "BacklogFullError",
         "ConfigError",
         "CorruptLogError",
         "EventDataError",
@@ -180,6 +185,7 @@ _EXPORTS: Final = {
     ),
     "sessionledger.hookspecs": ("hookimpl", "hookspec"),
     "sessionledger.ledger": ("Ledger", "open_store"),
+    "sessionledger.limits": ("Backlog",),
     "sessionledger.registry": ("EventType", "EventTypeRegistry"),
     "sessionledger.session": ("Session", "SessionHooks"),
     "sessionledger.snapshot": ("FrozenDict", "JsonValue", "snapshot", "thaw"),

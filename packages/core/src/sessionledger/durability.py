@@ -6,18 +6,29 @@ ledger with a store that is ``Durability.record``, which queues it in the sessio
 ``SessionSink``, which writes it through the persistence policy
 (``SessionPersistence.append``), which drives the store's primitives. So the way from
 ``append`` to the file reads top-down: session, this bridge, write-behind, policy, store.
+
+Before an event is committed, ``Durability.admit`` (the ``SessionHooks.admission``) refuses
+one the store could never hold and one that would overfill the ledger's backlog
+(docs/durability.md, "limits and the backlog"); it measures the event once, and the
+recorder queues it with that size.
 """
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
+from sessionledger.deltas import DeltaFields
+from sessionledger.errors import BacklogFullError
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.limits import Backlog, delta_bytes, event_bytes, event_limit, too_large
 from sessionledger.persistence import SessionPersistence
 from sessionledger.session import Session
-from sessionledger.writebehind import WriteBehind
+from sessionledger.writebehind import Tally, WriteBehind
 
 __all__ = ["Durability", "SessionSink"]
+
+#: The limit ``Durability.admit`` finds for a session this bridge does not write.
+_NOT_WRITTEN: Final = -1
 
 
 @final
@@ -33,46 +44,99 @@ class SessionSink:
         self._header = header
         self._created = created
 
-    async def __call__(self, batch: list[SessionEvent]) -> None:
+    async def __call__(self, batch: list[SessionEvent], sizes: list[int]) -> None:
         if not self._created:
             await self._persistence.create(self._header)
             self._created = True
-        await self._persistence.append(self._header.id, batch)
+        await self._persistence.append(self._header.id, batch, sizes=sizes)
 
 
 @final
 class Durability:
     """One ledger's write-behind for each of its live sessions, writing to *persistence*.
 
-    *delay* is the write-behind window in seconds (docs/durability.md, "write-behind").
+    *delay* is the write-behind window in seconds (docs/durability.md, "write-behind");
+    *max_pending_bytes* bounds what all sessions together hold unwritten ("limits and the
+    backlog").
     """
 
-    __slots__ = ("_delay", "_persistence", "_writers")
+    __slots__ = (
+        "_delay",
+        "_limits",
+        "_max_pending",
+        "_measured",
+        "_persistence",
+        "_tally",
+        "_writers",
+    )
 
-    def __init__(self, persistence: SessionPersistence, *, delay: float) -> None:
+    def __init__(
+        self, persistence: SessionPersistence, *, delay: float, max_pending_bytes: int
+    ) -> None:
         self._persistence = persistence
         self._delay = delay
+        self._max_pending = max_pending_bytes
         self._writers: dict[Session, WriteBehind] = {}
+        self._limits: dict[Session, int | None] = {}  # each session's largest event
+        self._tally = Tally()
+        # The last event admit measured, so that record need not measure it again.
+        self._measured: tuple[SessionEvent | None, int] = (None, 0)
 
     def attach(self, session: Session, *, stored_length: int | None) -> None:
         """Start writing *session*: queue whatever of its log is not stored yet (all of
         it for a new session, or what follows the *stored_length* events it was loaded
-        with); its later events arrive through ``record``."""
+        with); its later events arrive through ``record``. An event of that log the
+        store cannot hold raises ``TOO_LARGE`` here, with nothing attached."""
+        store = self._persistence.log_store
+        limit = event_limit(store, session.id)
+        unstored = session.events_from(stored_length or 0)
+        sizes = [event_bytes(event) for event in unstored]
+        for event, size in zip(unstored, sizes, strict=True):
+            if limit is not None and size > limit:
+                raise too_large(session.id, event.seq, size, limit, store.scheme)
         writer = WriteBehind(
             SessionSink(self._persistence, session.header, created=stored_length is not None),
             delay=self._delay,
             label=session.id,
+            max_batch_bytes=store.max_batch_bytes,
+            tally=self._tally,
         )
         self._writers[session] = writer
-        for event in session.events_from(stored_length or 0):
-            writer.admit(event)
+        self._limits[session] = limit
+        for event, size in zip(unstored, sizes, strict=True):
+            writer.admit(event, size)
+
+    def admit(self, session: Session, event: SessionEvent, fields: DeltaFields | None) -> None:
+        """Refuse *event* before *session* commits it (the ``SessionHooks.admission``):
+        ``TOO_LARGE`` when the store could never hold it, ``BACKLOG_FULL`` when the
+        ledger's backlog is not empty and would grow past its bound. *fields* are a
+        streamed delta's, when the append has them."""
+        limit = self._limits.get(session, _NOT_WRITTEN)
+        if limit == _NOT_WRITTEN:
+            return
+        size = event_bytes(event) if fields is None else delta_bytes(event, fields)
+        if limit is not None and size > limit:
+            raise too_large(session.id, event.seq, size, limit, self._persistence.scheme)
+        tally = self._tally
+        if tally.events and tally.bytes + size > self._max_pending:
+            raise BacklogFullError(
+                f"the ledger holds {tally.events:,} committed event(s), {tally.bytes:,} "
+                f"bytes, not yet written, and this event of {size:,} bytes would pass its "
+                f"bound of {self._max_pending:,} (max_pending_bytes): the store is slow or "
+                "failing; flush, then append again",
+                session_id=session.id,
+                seq=event.seq,
+            )
+        self._measured = (event, size)
 
     def record(self, session: Session, event: SessionEvent) -> None:
         """Queue a committed event of *session* (the ``SessionHooks.recorder``); never
         blocks and never writes by itself."""
         writer = self._writers.get(session)
         if writer is not None:
-            writer.admit(event)
+            measured, size = self._measured
+            writer.admit(event, size if measured is event else event_bytes(event))
+            self._measured = (None, 0)
 
     async def flush(self, session: Session) -> None:
         """Make everything *session* committed so far durable (nothing for a session
@@ -86,6 +150,13 @@ class Durability:
         writer = self._writers.get(session)
         return 0 if writer is None else writer.pending
 
+    def backlog(self, session: Session | None = None) -> Backlog:
+        """What *session* (or, without one, every session) holds unwritten."""
+        if session is None:
+            return Backlog(self._tally.events, self._tally.bytes)
+        writer = self._writers.get(session)
+        return Backlog() if writer is None else Backlog(writer.pending, writer.pending_bytes)
+
     def has_pending(self) -> bool:
         """Tell whether any session has events committed and not yet durable."""
         return any(writer.pending for writer in self._writers.values())
@@ -93,5 +164,6 @@ class Durability:
     def detach(self, session: Session) -> None:
         """Stop writing *session*; what it still had pending is not written."""
         writer = self._writers.pop(session, None)
+        self._limits.pop(session, None)
         if writer is not None:
             writer.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "BacklogFullError",
     "ConfigError",
     "CorruptLogError",
     "EventDataError",
@@ -93,7 +94,8 @@ class EventEnvelopeError(LedgerError):
 
 
 class EventDataError(LedgerError):
-    """An event type's registered ``validate`` rejected the event's data.
+    """An event type's registered ``validate`` rejected the event's data, or (code
+    ``TOO_LARGE``) the event is larger than its ledger's store can hold.
 
     A class of its own because data that is not a message is neither an envelope nor a
     message problem.
@@ -263,6 +265,19 @@ class ResourceLimitError(LedgerError, OSError):
     ) -> None:
         super().__init__(message, path=path, **kwargs)
         self.errno = errno
+
+
+class BacklogFullError(LedgerError):
+    """A ledger's write-behind already holds all the bytes it may (``max_pending_bytes``)
+    because its store is slow, stalled or failing: the event was not appended. Flush (or
+    let the store catch up) and append again.
+
+    Refused at the append site, the log unchanged, so that a stalled store makes neither
+    memory grow without bound nor anything committed be dropped (docs/durability.md,
+    "limits and the backlog").
+    """
+
+    code = "BACKLOG_FULL"
 
 
 class QueryError(LedgerError, ValueError):

@@ -23,6 +23,7 @@ from sessionledger.errors import (
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.limits import DEFAULT_MAX_PENDING_BYTES, Backlog
 from sessionledger.listing import SessionListing, SessionPage, SessionQuery, make_query
 from sessionledger.persistence import ReindexReport, SessionPersistence
 from sessionledger.retention import PrunePlan
@@ -89,11 +90,16 @@ class Ledger:
         load_entrypoints: bool = True,
         write_delay_ms: int = 200,
         clock: Clock | None = None,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         _url: str | None = None,
     ) -> None:
         if not is_safe_int(write_delay_ms) or write_delay_ms < 0:
             raise ConfigError(
                 f"write_delay_ms must be a non-negative integer, got {write_delay_ms!r}"
+            )
+        if not is_safe_int(max_pending_bytes) or max_pending_bytes < 1:
+            raise ConfigError(
+                f"max_pending_bytes must be a positive integer, got {max_pending_bytes!r}"
             )
         self._live: dict[str, Session] = {}
         self._plugins = _plugin_set(plugins, load_entrypoints=load_entrypoints)
@@ -113,8 +119,14 @@ class Ledger:
         self._hooks = self._plugins.session_hooks
         self._durability: Durability | None = None
         if persistence is not None:
-            self._durability = Durability(persistence, delay=write_delay_ms / 1000)
-            self._hooks = dataclasses.replace(self._hooks, recorder=self._durability.record)
+            self._durability = Durability(
+                persistence, delay=write_delay_ms / 1000, max_pending_bytes=max_pending_bytes
+            )
+            self._hooks = dataclasses.replace(
+                self._hooks,
+                recorder=self._durability.record,
+                admission=self._durability.admit,
+            )
         self._clock = clock or system_clock
         self._closed = False
 
@@ -127,6 +139,7 @@ class Ledger:
         load_entrypoints: bool = True,
         write_delay_ms: int = 200,
         clock: Clock | None = None,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> Ledger:
         """Return a ledger on the store at *url*; use ``async with`` or ``await`` it."""
         return cls(
@@ -134,6 +147,7 @@ class Ledger:
             load_entrypoints=load_entrypoints,
             write_delay_ms=write_delay_ms,
             clock=clock,
+            max_pending_bytes=max_pending_bytes,
             _url=url,
         )
 
@@ -215,6 +229,17 @@ class Ledger:
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
         await self._flush(session)
+
+    def backlog(self, session: Session | None = None) -> Backlog:
+        """Return what waits to be written: the committed events not yet durable and
+        their bytes, of *session* (live in this ledger) or of all live sessions. When it
+        would grow past ``max_pending_bytes``, ``append`` refuses with
+        ``BacklogFullError`` (docs/durability.md, "limits and the backlog")."""
+        if session is not None and self._live.get(session.id) is not session:
+            raise NotLiveError("session is not live in this ledger", session_id=session.id)
+        if self._durability is None:
+            return Backlog()
+        return self._durability.backlog(session)
 
     async def resume(self, id: str) -> Session:
         """Return the live session *id*, or load it cold (validate, repair durably) and
@@ -526,8 +551,15 @@ class Ledger:
 
     def _publish(self, session: Session, *, stored_length: int | None) -> None:
         """Make *session* live: announce it (a plugin may refuse it) and queue whatever of
-        its log is not stored yet (all of it, or what follows *stored_length*)."""
-        self._plugins.session_created(session)
+        its log is not stored yet (all of it, or what follows *stored_length*). A log
+        the store cannot hold is refused (``TOO_LARGE``) before it is announced."""
+        durability = self._durability
+        if durability is not None:
+            durability.attach(session, stored_length=stored_length)
+        try:
+            self._plugins.session_created(session)
+        except BaseException:
+            if durability is not None:
+                durability.detach(session)
+            raise
         self._live[session.id] = session
-        if self._durability is not None:
-            self._durability.attach(session, stored_length=stored_length)

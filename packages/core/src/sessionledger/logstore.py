@@ -271,6 +271,13 @@ class LogStore(ABC):
     #: Caps for packed chunk rows (docs/formats.md, "chunk rows"); None means unbounded.
     max_row_members: int | None = None
     max_row_bytes: int | None = None
+    #: The largest event and the largest batch this store can write, in bytes as
+    #: ``sessionledger.limits.event_bytes`` counts them (the session id counts against
+    #: the event's); None states no limit. ``max_batch_bytes`` must hold the largest
+    #: event. The policy splits larger batches and refuses larger events (docs/backends.md,
+    #: "the primitives").
+    max_event_bytes: int | None = None
+    max_batch_bytes: int | None = None
     #: Whether the store keeps a search index of ``Batch.texts`` (the policy computes the
     #: texts only for such a store) and answers ``search_text``.
     indexes_text: bool = False

@@ -21,6 +21,7 @@ from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError, SessionLockedError
 from sessionledger.events import SessionHeader
 from sessionledger.hookspecs import BackendFactory, hookimpl
+from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
 from sessionledger.listing import StoredSummary
 from sessionledger.logstore import (
     UNPARSABLE,
@@ -75,6 +76,10 @@ class MemoryLogStore(LogStore):
 
     scheme = "memory"
     can_tear = False  # a batch is added to the list at once
+    # No medium limit: the one every bundled backend can hold, so a session kept here can
+    # be copied to any of them (docs/backends.md, "the primitives").
+    max_event_bytes = PORTABLE_MAX_EVENT_BYTES
+    max_batch_bytes = PORTABLE_MAX_EVENT_BYTES
     keeps_audit = True
 
     def __init__(self, storage: MemoryStore | None = None) -> None:

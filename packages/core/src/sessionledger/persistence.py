@@ -15,7 +15,7 @@ import builtins
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from sessionledger._failpoints import failpoint
@@ -41,6 +41,7 @@ from sessionledger.errors import (
 )
 from sessionledger.eventlog import EventLog
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.limits import batch_bounds, checked_sizes
 from sessionledger.listing import (
     SessionInfo,
 )
@@ -188,14 +189,27 @@ class SessionPersistence(SessionCatalog):
             self._created[session_id] = header
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent | Mapping[str, Any]],
+        *,
+        sizes: Sequence[int] | None = None,
     ) -> None:
-        """Durably append a contiguous batch; return once it is durable."""
+        """Durably append a contiguous batch; return once it is durable.
+
+        An event larger than the store can hold is refused (``EventDataError``,
+        ``TOO_LARGE``) with nothing written; a batch larger than the store writes at
+        once is written as consecutive batches that each fit (docs/backends.md, "the
+        primitives"), and if one of them fails, retrying the same call writes what is
+        missing. *sizes* are the events' ``sessionledger.limits.event_bytes``, when the
+        caller has measured them already (a ledger's write-behind has).
+        """
         batch = [
             item if type(item) is SessionEvent else SessionEvent.from_json(item) for item in events
         ]
         if not batch:
             return
+        sizes = checked_sizes(self._store, session_id, batch, sizes)
         async with self._lock(session_id):
             header = self._created.get(session_id)
             creates = header is not None
@@ -214,17 +228,36 @@ class SessionPersistence(SessionCatalog):
                         session_id=session_id,
                         seq=event.seq,
                     )
-            summary = self._summaries.get(session_id, SessionSummary()).after(batch)
+            summary = self._summaries.get(session_id, SessionSummary())
             if creates:
                 async with self._owning(session_id):
-                    await self._write(header, batch, first=first, creates=True, summary=summary)
+                    summary = await self._write_fitting(header, batch, first, True, summary, sizes)
             else:
-                await self._write(header, batch, first=first, creates=False, summary=summary)
+                summary = await self._write_fitting(header, batch, first, False, summary, sizes)
             if creates:
                 del self._created[session_id]
                 self._headers[session_id] = header
             self._cursors[session_id] = first + len(batch)
             self._summaries[session_id] = summary
+
+    async def _write_fitting(
+        self,
+        header: SessionHeader,
+        events: builtins.list[SessionEvent],
+        first: int,
+        creates: bool,
+        summary: SessionSummary,
+        sizes: Sequence[int] | None,
+    ) -> SessionSummary:
+        """Write *events* in batches the store can hold; *summary* is the session's before
+        them. Return the session's summary after them."""
+        for start, end in batch_bounds(sizes, len(events), self._store.max_batch_bytes):
+            part = events[start:end]
+            summary = summary.after(part)
+            await self._write(
+                header, part, first=first + start, creates=creates and not start, summary=summary
+            )
+        return summary
 
     async def _write(
         self,

@@ -42,6 +42,9 @@ logger = logging.getLogger("sessionledger")
 Clock = Callable[[], int]
 Validator = Callable[["Session", SessionEvent], object]
 Observer = Callable[["Session", SessionEvent], object]
+#: Called with a candidate event (and a streamed delta's run fields, when the append has
+#: them) before the validators; raises to refuse it.
+Admission = Callable[["Session", SessionEvent, "DeltaFields | None"], object]
 
 
 def system_clock() -> int:
@@ -59,8 +62,10 @@ class SessionHooks:
     """What a ledger attaches to its sessions: pre-commit validators, post-commit
     observers (each with the plugin name used when its failure is logged), the event
     types it knows, and the *recorder* that carries each committed event towards the
-    store (the ledger's durability bridge, ``sessionledger.durability``). Built once per
-    ledger so ``append`` calls plain functions.
+    store (the ledger's durability bridge, ``sessionledger.durability``), with its
+    *admission*, which refuses an event the store could not take before the validators
+    run (docs/durability.md, "limits and the backlog"). Built once per ledger so
+    ``append`` calls plain functions.
 
     *refuse_unknown_types* is set for a ledger's sessions: a type *event_types* does not
     know is refused at ``append`` and in seeds unless marked ignorable, because the
@@ -72,6 +77,7 @@ class SessionHooks:
     event_types: EventTypeRegistry = dataclasses.field(default_factory=lambda: _CORE_TYPES)
     recorder: Observer | None = None
     refuse_unknown_types: bool = False
+    admission: Admission | None = None
     #: The recorder (when there is one) and then the observers: what ``append`` calls
     #: after the commit, in this order.
     post_commit: tuple[tuple[str, Observer], ...] = dataclasses.field(
@@ -377,6 +383,8 @@ class Session:
                 error.session_id = self._header.id
             raise
         hooks = self._hooks
+        if hooks.admission is not None:
+            hooks.admission(self, event, None)
         if hooks.validators:
             self._vet(hooks.validators, event)
         log.append(event)
@@ -404,6 +412,8 @@ class Session:
                 error.session_id = self._header.id
             raise
         hooks = self._hooks
+        if hooks.admission is not None:
+            hooks.admission(self, event, fields)
         if hooks.validators:
             self._vet(hooks.validators, event)
         log.append_delta(event, fields)

@@ -3,8 +3,9 @@
 One `WriteBehind` serves one live session. ``admit`` is synchronous and O(1), so the producer
 (``Session.append`` through ``ledger_committed``) never waits for storage. A fixed window opens
 at the first pending event and is not reset by later ones; when it expires the whole pending list
-goes to the sink as one batch. At most one write runs at a time. ``flush`` is the barrier:
-it drains until empty and shares one drain among concurrent callers.
+goes to the sink as one batch, or, when it holds more than the store can take at once, as
+consecutive batches that each fit (``max_batch_bytes``). At most one write runs at a time.
+``flush`` is the barrier: it drains until empty and shares one drain among concurrent callers.
 
 Nothing is ever dropped, duplicated or reordered: a failed batch goes back in front of newer
 events, and automatic writing pauses until the next ``admit``, ``flush`` or ``aclose``.
@@ -21,11 +22,26 @@ from typing import Protocol, final
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, NotLiveError
 from sessionledger.events import SessionEvent
+from sessionledger.limits import batch_end
 
-__all__ = ["Scheduler", "Sink", "TimerHandle", "WriteBehind"]
+__all__ = ["Scheduler", "Sink", "Tally", "TimerHandle", "WriteBehind"]
 
-#: A sink writes one batch durably and returns only after it is durable, or raises.
-Sink = Callable[[list[SessionEvent]], Awaitable[None]]
+#: A sink writes one batch durably and returns only after it is durable, or raises. It is
+#: given the batch's events and the size ``admit`` was given for each.
+Sink = Callable[[list[SessionEvent], list[int]], Awaitable[None]]
+
+
+@final
+class Tally:
+    """What several controllers hold between them (a ledger's sessions): events admitted
+    and not yet durable, and the sum of their sizes. Each controller keeps it up to date
+    as events are admitted and written, until it is cancelled."""
+
+    __slots__ = ("bytes", "events")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.bytes = 0
 
 
 class TimerHandle(Protocol):
@@ -64,6 +80,9 @@ class WriteBehind:
     they are durable (or raise). ``delay`` is the window in seconds. ``label`` (the session id)
     names the session in log messages. A background write failure is logged once at WARNING
     on ``logger`` (default: the ``sessionledger`` logger); a flush failure raises instead.
+    ``max_batch_bytes`` caps the sizes (given to ``admit``) one batch adds up to, except
+    that a batch always takes at least one event; *tally* is shared with other
+    controllers to count what they all hold.
     """
 
     def __init__(
@@ -74,6 +93,8 @@ class WriteBehind:
         scheduler: Scheduler | None = None,
         label: str = "",
         logger: logging.Logger | None = None,
+        max_batch_bytes: int | None = None,
+        tally: Tally | None = None,
     ) -> None:
         if isinstance(delay, bool) or not isinstance(delay, int | float):
             raise ConfigError(f"write-behind delay must be a number of seconds, got {delay!r}")
@@ -84,8 +105,14 @@ class WriteBehind:
         self._scheduler: Scheduler = scheduler if scheduler is not None else _LoopScheduler()
         self._label = label
         self._logger = logger if logger is not None else logging.getLogger("sessionledger")
+        self._max_batch_bytes = max_batch_bytes
+        self._tally = tally
         self._pending: list[SessionEvent] = []
+        self._sizes: list[int] = []  # of each pending event, in the same order
+        self._pending_bytes = 0
         self._in_flight: list[SessionEvent] | None = None  # the batch the sink holds now
+        self._in_flight_sizes: list[int] = []
+        self._in_flight_bytes = 0
         self._timer: TimerHandle | None = None
         self._active: asyncio.Task[None] | None = None  # background write, if any
         self._barrier: asyncio.Task[None] | None = None
@@ -101,6 +128,11 @@ class WriteBehind:
         return len(self._pending) + in_flight
 
     @property
+    def pending_bytes(self) -> int:
+        """Add up the sizes of the events `pending` counts."""
+        return self._pending_bytes + self._in_flight_bytes
+
+    @property
     def idle(self) -> bool:
         """Tell whether nothing is pending, no write is in flight and no flush is running."""
         return not self._pending and self._in_flight is None and self._barrier is None
@@ -110,16 +142,23 @@ class WriteBehind:
         """Tell whether `aclose` or `cancel` was called; a closed controller refuses `admit`."""
         return self._closed
 
-    def admit(self, event: SessionEvent) -> None:
+    def admit(self, event: SessionEvent, size: int = 0) -> None:
         """Queue ``event`` for writing; never blocks and never writes by itself.
 
-        Events are immutable, so the reference is kept as is. Raises `NotLiveError` after
+        Events are immutable, so the reference is kept as is. *size* is what the event
+        counts for ``max_batch_bytes`` and ``pending_bytes``. Raises `NotLiveError` after
         `aclose` or `cancel`, since the event could otherwise wait forever.
         """
         if self._closed:
             raise NotLiveError(f"write-behind for {self._name} is closed; event not accepted")
         was_empty = not self._pending
         self._pending.append(event)
+        self._sizes.append(size)
+        self._pending_bytes += size
+        tally = self._tally
+        if tally is not None:
+            tally.events += 1
+            tally.bytes += size
         if self._barrier is not None:
             return  # the running flush drains it
         if self._paused:
@@ -165,10 +204,15 @@ class WriteBehind:
 
         Pending events are kept (an explicit `flush` still writes them) and further `admit`
         calls are refused. A write already in flight is not interrupted, so the log is never
-        cut mid-batch; no follow-up batch starts after it.
+        cut mid-batch; no follow-up batch starts after it. The tally no longer counts
+        anything of this controller.
         """
         self._closed = True
         self._cancel_timer()
+        tally, self._tally = self._tally, None
+        if tally is not None:
+            tally.events -= self.pending
+            tally.bytes -= self.pending_bytes
 
     # -- internals -----------------------------------------------------------------------
 
@@ -199,20 +243,49 @@ class WriteBehind:
         self._start_background()
 
     def _take(self) -> list[SessionEvent]:
-        # A write takes the whole pending list, so the next admit opens a new window.
-        batch, self._pending = self._pending, []
+        # A write takes the whole pending list, so the next admit opens a new window; or
+        # as much of it as one batch may hold, and the rest, whose window is over, is
+        # written right after it.
+        cap = self._max_batch_bytes
+        if cap is None or self._pending_bytes <= cap:
+            batch, self._pending = self._pending, []
+            sizes, self._sizes = self._sizes, []
+            taken = self._pending_bytes
+        else:
+            end = batch_end(self._sizes, 0, cap)
+            batch, sizes = self._pending[:end], self._sizes[:end]
+            del self._pending[:end], self._sizes[:end]
+            taken = sum(sizes)
+        self._pending_bytes -= taken
         self._in_flight = batch
+        self._in_flight_sizes = sizes
+        self._in_flight_bytes = taken
         self._cancel_timer()
-        self._deadline_expired = False
+        self._deadline_expired = bool(self._pending)
         return batch
 
     def _put_back(self, batch: list[SessionEvent]) -> None:
         # Failed batch goes in front of newer events; no timer until admit/flush/aclose.
         self._pending = batch + self._pending
+        self._sizes = self._in_flight_sizes + self._sizes
+        self._pending_bytes += self._in_flight_bytes
         self._in_flight = None
+        self._in_flight_sizes = []
+        self._in_flight_bytes = 0
         self._cancel_timer()
         self._deadline_expired = False
         self._paused = True
+
+    def _landed(self) -> None:
+        # The batch in flight is durable: it leaves the counts.
+        batch = self._in_flight
+        tally = self._tally
+        if tally is not None and batch is not None:
+            tally.events -= len(batch)
+            tally.bytes -= self._in_flight_bytes
+        self._in_flight = None
+        self._in_flight_sizes = []
+        self._in_flight_bytes = 0
 
     def _start_background(self) -> None:
         batch = self._take()
@@ -231,7 +304,7 @@ class WriteBehind:
 
     async def _write(self, batch: list[SessionEvent]) -> None:
         failpoint("core.writebehind.before-write")
-        await self._sink(list(batch))
+        await self._sink(list(batch), list(self._in_flight_sizes))
         failpoint("core.writebehind.after-write")
 
     async def _write_in_background(self, batch: list[SessionEvent]) -> None:
@@ -253,7 +326,7 @@ class WriteBehind:
             self._put_back(batch)
             self._active = None
             raise
-        self._in_flight = None
+        self._landed()
         self._active = None
         if self._barrier is None and self._pending and self._deadline_expired and not self._closed:
             self._start_background()  # the follow-up window is already over
@@ -277,7 +350,7 @@ class WriteBehind:
                 except BaseException:
                     self._put_back(batch)
                     raise
-                self._in_flight = None
+                self._landed()
         except BaseException:
             self._barrier = None
             raise

@@ -22,6 +22,7 @@ from typing import Any, Final, ParamSpec, TypeVar, final
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.links import pinned
+from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
 from sessionledger.listing import StoredSummary
 from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
@@ -50,6 +51,11 @@ class JsonlLogStore(LogStore):
 
     scheme = "jsonl"
     can_tear = True
+    # The format has no limit, but a batch is built whole in memory before its one write,
+    # and a log is read whole: the limit every bundled backend can hold, so a session
+    # kept here can be copied to any of them (docs/backends.md, "the primitives").
+    max_event_bytes = PORTABLE_MAX_EVENT_BYTES
+    max_batch_bytes = PORTABLE_MAX_EVENT_BYTES
     keeps_audit = True
 
     def __init__(

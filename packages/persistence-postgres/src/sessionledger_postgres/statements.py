@@ -2,7 +2,8 @@
 
 Names cannot be bound parameters, so each store builds its statements once, for its
 schema (``schema.quote`` checked the name). Batches travel as parallel arrays that the
-statements ``unnest``: one message, one statement, whatever the batch size.
+statements ``unnest``: one message, one statement, whatever the batch size, so a batch
+is as large as one message may be (``LARGEST_BATCH``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from typing import Final
 
 from sessionledger_postgres.schema import INDEXED_CHARS, quote
 
-__all__ = ["EVENT_COLUMNS", "HEADER_COLUMNS", "SUMMARY_COLUMNS", "Statements"]
+__all__ = ["EVENT_COLUMNS", "HEADER_COLUMNS", "LARGEST_BATCH", "SUMMARY_COLUMNS", "Statements"]
+
+#: The largest batch (and event) the store writes, as ``event_bytes`` counts them
+#: (docs/backends.md, "the primitives"). PostgreSQL takes no message and no value over
+#: 1 GiB, and a batch is one message with each column one array value. It carries each
+#: event's data and search text (never longer than the data), each row's other columns
+#: (less than the envelope ``event_bytes`` counts around the data), and the header and
+#: summary: twice a batch's bytes, plus a 32 MiB reserve, stays under 1 GiB.
+LARGEST_BATCH: Final = ((1 << 30) - (32 << 20)) // 2
 
 HEADER_COLUMNS: Final = (
     "id, version, created_at, cwd, parent_session, seed_length, delegation_depth, title, meta"

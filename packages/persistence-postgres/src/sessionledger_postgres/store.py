@@ -58,7 +58,7 @@ from sessionledger_postgres.claims import Claims
 from sessionledger_postgres.connections import TrackedConnection
 from sessionledger_postgres.failures import translate
 from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
-from sessionledger_postgres.statements import Statements
+from sessionledger_postgres.statements import LARGEST_BATCH, Statements
 from sessionledger_postgres.upgrade import upgrade_v1
 
 __all__ = ["PostgresLogStore", "PostgresPersistence"]
@@ -81,6 +81,8 @@ class PostgresLogStore(LogStore):
     quarantines = False  # a repair that would delete rows is refused
     max_row_members = 1024
     max_row_bytes = 1 << 20
+    max_event_bytes = LARGEST_BATCH  # a batch is one message (statements.LARGEST_BATCH)
+    max_batch_bytes = LARGEST_BATCH
     indexes_text = True  # search_text, written with each batch
     keeps_audit = True  # the audit table
 

@@ -5,6 +5,7 @@ with their search texts and the session's summary, and the statements that inser
 from __future__ import annotations
 
 import functools
+import sqlite3
 from typing import Any, Final
 
 import aiosqlite
@@ -16,6 +17,9 @@ from sessionledger_sqlite.reading import EVENT_COLUMNS, HEADER_COLUMNS
 
 __all__ = [
     "INSERT_SESSION",
+    "LARGEST_EVENT",
+    "LENGTH_LIMIT",
+    "ROW_RESERVE",
     "append_rows",
     "appended_rows",
     "event_rows",
@@ -29,6 +33,28 @@ INSERT_SESSION: Final = (
     f"{indexes.SUMMARY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING RETURNING 1"
 )
+
+
+def _length_limit() -> int:
+    """SQLite's limit on one string, blob or row (``SQLITE_MAX_LENGTH``, 1,000,000,000 unless
+    the library was built otherwise), as the linked library states it."""
+    connection = sqlite3.connect(":memory:")
+    try:
+        return connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+    finally:
+        connection.close()
+
+
+#: The most bytes one row may take: an ``events`` row holds one record, so this bounds an
+#: event (a batch has no limit of its own; statements bind their values).
+LENGTH_LIMIT: Final = _length_limit()
+#: Room in a row beside what ``event_bytes`` counts: the record's header, the
+#: ``members`` and ``ignorable`` columns (the session id is counted by the policy).
+ROW_RESERVE: Final = 1024
+#: The largest event (and batch, to keep one batch's rows within one row's size in
+#: memory) the store writes, as ``event_bytes`` counts it (docs/backends.md).
+LARGEST_EVENT: Final = LENGTH_LIMIT - ROW_RESERVE
+
 #: Rows per INSERT statement: well below SQLite's limit of 32,766 bound variables.
 _ROWS_PER_STATEMENT: Final = 500
 

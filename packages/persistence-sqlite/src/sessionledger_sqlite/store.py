@@ -79,6 +79,8 @@ class SqliteLogStore(LogStore):
     can_tear = False  # a transaction is all or nothing
     max_row_members = 1024
     max_row_bytes = 1 << 20
+    max_event_bytes = batches.LARGEST_EVENT  # a row's limit (docs/backends.md)
+    max_batch_bytes = batches.LARGEST_EVENT
     indexes_text = True  # FTS5 (schema v2)
     keeps_audit = True
 
