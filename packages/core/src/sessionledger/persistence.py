@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from sessionledger import publishing
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
 from sessionledger.catalog import ReindexReport, SessionCatalog
@@ -34,6 +35,7 @@ from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
     HeaderError,
+    ReadBackMismatchError,
     SeedError,
     SeqMismatchError,
     SessionExistsError,
@@ -224,6 +226,33 @@ class SessionPersistence(SessionCatalog):
                 del self._created[session_id]
                 self._headers[session_id] = header
             self._cursors[session_id] = first + len(batch)
+            self._summaries[session_id] = summary
+
+    async def publish(
+        self, header: SessionHeader, events: Iterable[SessionEvent | Mapping[str, Any]]
+    ) -> None:
+        """Store a new session whole, at once (docs/backends.md, "whole logs"): readers see
+        all of *events* or nothing, even if the process dies part-way. The log is checked
+        as a read checks one, and read back before it is published
+        (``ReadBackMismatchError``). An id live here or stored raises
+        ``SessionExistsError``; this instance then holds the session, as after ``append``."""
+        log = publishing.whole_log(header, events, self.event_types)
+        session_id = header.id
+        async with self._lock(session_id):
+            stored = await self._store.read_revision(session_id) is not None
+            if stored or self._in_use(session_id):
+                raise SessionExistsError("session already exists", session_id=session_id)
+            batches, summary = publishing.log_batches(header, log, self._batch)
+            try:
+                async with self._owning(session_id):
+                    check = publishing.read_back(header, log)
+                    if not await self._store.write_log(batches, check):
+                        raise SessionExistsError("session already stored", session_id=session_id)
+            except ReadBackMismatchError as error:
+                error.published = await self._store.read_revision(session_id) is not None
+                raise
+            self._headers[session_id] = header
+            self._cursors[session_id] = len(log)
             self._summaries[session_id] = summary
 
     async def _write(
