@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from sessionledger._failpoints import failpoint
 from sessionledger.errors import SeqMismatchError
 from sessionledger.logstore import Batch, RawLog, RawRecord
 from sessionledger_postgres import rows
@@ -88,6 +89,7 @@ async def write_whole(
                 raise SeqMismatchError(
                     "a batch of the new log did not continue it", session_id=session_id
                 )
+            failpoint("postgresql.publish.after-batch")
         head = await conn.fetchrow(sql.select_session, session_id)
         found = await conn.fetch(sql.select_events, session_id)
         if head is None:  # the row this transaction inserted: cannot be missing
