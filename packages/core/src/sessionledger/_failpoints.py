@@ -12,8 +12,8 @@ process. The disabled check is one global read and one dict lookup; failpoints s
 storage paths (per batch), never on ``Session.append``.
 
 The names are a stable, documented list (``tests/RELIABILITY.md`` and each backend's
-README): ``core.*`` here and in ``persistence.py``/``writebehind.py``, ``jsonl.*`` and
-``sqlite.*`` in the backends.
+README): ``core.*`` here and in ``persistence.py``/``writebehind.py``/``publishing.py``,
+``jsonl.*``, ``sqlite.*`` and ``postgresql.*`` in the backends.
 """
 
 from __future__ import annotations
