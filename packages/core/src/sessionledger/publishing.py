@@ -16,6 +16,7 @@ from sessionledger import jsoncodec
 from sessionledger._failpoints import failpoint
 from sessionledger.committed import scan_log
 from sessionledger.errors import HeaderError, LedgerError, ReadBackMismatchError, SeedError
+from sessionledger.eventlog import EventLog
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.logstore import Batch, RawLog, collector_paused
 from sessionledger.registry import EventTypeRegistry
@@ -46,13 +47,20 @@ def whole_log(
     header: SessionHeader,
     events: Iterable[SessionEvent | Mapping[str, Any]],
     event_types: EventTypeRegistry,
-) -> list[SessionEvent]:
+) -> Sequence[SessionEvent]:
     """Return *events* as the log of *header*, validated as a read validates a stored log
     (envelopes, contiguous seqs from 0, surface and provenance, data shapes): what is
-    published can be read back. Unknown event types are kept, as a reader keeps them."""
+    published can be read back. Unknown event types are kept, as a reader keeps them. A
+    log read from a store (an ``EventLog``) is kept as it is, its delta runs shared."""
     if type(header) is not SessionHeader:
         raise HeaderError(f"publish needs a SessionHeader, got {type(header).__qualname__}")
-    log = [item if type(item) is SessionEvent else SessionEvent.from_json(item) for item in events]
+    log: Sequence[SessionEvent]
+    if type(events) is EventLog:
+        log = events
+    else:
+        log = [
+            item if type(item) is SessionEvent else SessionEvent.from_json(item) for item in events
+        ]
     if not log:
         raise SeedError(
             "a whole log holds at least one event (a session is stored from its first one)",
