@@ -154,29 +154,50 @@ def test_tool_call_plan_arguments_are_json_text() -> None:
 
 
 def test_first_difference_finds_header_length_and_event_changes() -> None:
-    from sessionledger import Session, SessionHeader
-    from sessionledger.cli.moving import first_difference
-    from sessionledger.persistence import StoredSession
+    from sessionledger import Session, SessionEvent, SessionHeader, jsoncodec
+    from sessionledger.logstore import RawLog, RawRecord
+    from sessionledger.publishing import first_difference
     from sessionledger.testing.builders import closed_turn
 
-    session = Session.create("copied", clock=lambda: 1_000)
+    def read_back(header: SessionHeader, events: Any) -> RawLog:
+        """The log as a store would read it back: parsed JSON, record by record."""
+        records = [
+            RawRecord(jsoncodec.loads(jsoncodec.dumps(event.to_json())), index, f"record {index}")
+            for index, event in enumerate(events)
+        ]
+        return RawLog(jsoncodec.loads(jsoncodec.dumps(header.to_json())), records, "r1")
+
+    deep: Any = "bottom"
+    for _ in range(1_500):  # 3,000 levels: deeper than == can recurse
+        deep = {"k": [deep]}
+    header = SessionHeader(id="copied", created_at=1_000, meta={"deep": deep})
+    session = Session.create("copied", header=header, clock=lambda: 1_000)
     closed_turn(session, 1)
-    events = session.events
-    header = session.header
-    original = StoredSession(header, events, "r1")
-    assert first_difference(original, StoredSession(header, events, "other revision")) is None
-    renamed = SessionHeader(id="copied", created_at=header.created_at, title="changed")
-    assert first_difference(original, StoredSession(renamed, events, "r1")) == "the header differs"
-    shorter = StoredSession(header, events[:-1], "r1")
-    assert (
-        first_difference(original, shorter)
-        == f"{len(events) - 1} events read back, {len(events)} written"
+    session.append("note/deep", {"v": deep}, ignorable=True)
+    events = list(session.events)
+    assert first_difference(header, events, read_back(header, events)) is None
+    renamed = SessionHeader(id="copied", created_at=1_000, meta={"deep": deep}, title="changed")
+    assert first_difference(header, events, read_back(renamed, events)) == (
+        "the header differs",
+        None,
+    )
+    shorter = read_back(header, events[:-1])
+    assert first_difference(header, events, shorter) == (
+        f"{len(events) - 1} events read back, {len(events)} written",
+        events[-1].seq,
     )
     edited = Session.create("copied", header=header, clock=lambda: 1_000)
     closed_turn(edited, 1, prompt="something else")
-    assert (
-        first_difference(original, StoredSession(header, edited.events, "r1"))
-        == "event seq 1 differs"
+    edited.append("note/deep", {"v": deep}, ignorable=True)
+    assert first_difference(header, events, read_back(header, edited.events)) == (
+        "event seq 1 differs",
+        1,
+    )
+    last = events[-1]
+    changed = SessionEvent(last.type, last.seq, last.time, {"v": [deep]}, ignorable=True)
+    assert first_difference(header, events, read_back(header, [*events[:-1], changed])) == (
+        f"event seq {last.seq} differs",
+        last.seq,
     )
 
 

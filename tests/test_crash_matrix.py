@@ -595,7 +595,7 @@ def test_every_documented_failpoint_is_in_the_matrix() -> None:
                 placed.add(text[start : text.index('"', start)])
     # Reached by fault injection instead: they need a failing write first. The JSONL
     # summary index and audit log points, and the SQLite v1 upgrade's, are killed at by
-    # those packages' own tests.
+    # those packages' own tests; the whole-log points by test_copy_interrupted.py.
     assert placed - used <= {
         "jsonl.append.before-rollback",
         "jsonl.append.after-rollback-truncate",
@@ -603,6 +603,8 @@ def test_every_documented_failpoint_is_in_the_matrix() -> None:
         "jsonl.audit.mid-write",
         "sqlite.upgrade.after-ddl",
         "sqlite.upgrade.before-commit",
+        "core.publish.verified",
+        "postgresql.publish.after-batch",
     }
     for name in placed:
         assert f"`{name}`" in documented, name

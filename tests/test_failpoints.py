@@ -1,4 +1,5 @@
-"""The failpoint switch: read once, on first use; ``name:N`` counts hits; blocks for real."""
+"""The failpoint switch: read once, on first use; ``name:N`` counts hits; blocks for real, or
+sends SIGINT with the ``interrupt`` action."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from sessionledger import _failpoints
-from sessionledger._failpoints import ENVIRONMENT_VARIABLE, failpoint, failpoint_armed
+from sessionledger._failpoints import (
+    ACTION_VARIABLE,
+    ENVIRONMENT_VARIABLE,
+    failpoint,
+    failpoint_armed,
+)
 from sessionledger.errors import ConfigError
 
 
@@ -88,3 +94,32 @@ def test_an_armed_point_announces_itself_and_blocks_until_killed() -> None:
         for stream in (child.stdout, child.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_the_interrupt_action_sends_sigint_there_and_carries_on() -> None:
+    code = (
+        "import signal, sys\n"
+        "from sessionledger._failpoints import failpoint\n"
+        "signal.signal(signal.SIGINT, lambda *_: print('SIGINT', flush=True))\n"
+        "failpoint('a.point'); print('passed once', flush=True)\n"
+        "failpoint('a.point'); print('passed twice', flush=True)\n"
+    )
+    env = dict(os.environ, **{ENVIRONMENT_VARIABLE: "a.point:2", ACTION_VARIABLE: "interrupt"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "passed once\nSIGINT\npassed twice\n"
+    assert done.stderr.startswith("FAILPOINT a.point ")
+
+
+def test_an_unknown_action_is_a_config_error(fresh: pytest.MonkeyPatch) -> None:
+    fresh.setenv(ENVIRONMENT_VARIABLE, "name")
+    fresh.setenv(ACTION_VARIABLE, "explode")
+    with pytest.raises(ConfigError):
+        failpoint("name")

@@ -40,6 +40,7 @@ CODES: dict[str, set[str]] = {
     "SessionNotFoundError": {"SESSION_NOT_FOUND"},
     "NotLiveError": {"NOT_LIVE"},
     "QueryError": {"BAD_QUERY"},
+    "ReadBackMismatchError": {"READ_BACK_MISMATCH"},
     "SeqMismatchError": {"SEQ_MISMATCH"},
     "CorruptLogError": {"CORRUPT"},
     "FormatUnsupportedError": {

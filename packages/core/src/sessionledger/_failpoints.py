@@ -3,39 +3,51 @@
 A crash test sets ``SESSIONLEDGER_FAILPOINT=<name>`` (or ``<name>:<N>``) in a child's
 environment. When the child reaches that point (the N-th time, default the first), it
 writes ``FAILPOINT <name> <pid>`` to stderr and blocks forever, so the parent can SIGKILL
-it at exactly that instruction. Without the variable every call returns at once.
+it at exactly that instruction. Without the variable every call returns at once. With
+``SESSIONLEDGER_FAILPOINT_ACTION=interrupt`` as well, the point sends its own process
+SIGINT instead, as a Ctrl-C arriving right there would, and carries on.
 
 The variable is read on the first call, never at import, and cached for the life of the
 process. The disabled check is one global read and one dict lookup; failpoints sit on
 storage paths (per batch), never on ``Session.append``.
 
 The names are a stable, documented list (``tests/RELIABILITY.md`` and each backend's
-README): ``core.*`` here and in ``persistence.py``/``writebehind.py``, ``jsonl.*`` and
-``sqlite.*`` in the backends.
+README): ``core.*`` here and in ``persistence.py``/``writebehind.py``/``publishing.py``,
+``jsonl.*``, ``sqlite.*`` and ``postgresql.*`` in the backends.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Final
 
 from sessionledger.errors import ConfigError
 
-__all__ = ["ENVIRONMENT_VARIABLE", "failpoint", "failpoint_armed"]
+__all__ = ["ACTION_VARIABLE", "ENVIRONMENT_VARIABLE", "failpoint", "failpoint_armed"]
 
 #: The environment variable that arms one failpoint: ``name`` or ``name:N``.
 ENVIRONMENT_VARIABLE: Final = "SESSIONLEDGER_FAILPOINT"
+#: What the armed point does: ``block`` (the default) waits to be killed, ``interrupt``
+#: sends the process SIGINT (Ctrl-C) and carries on.
+ACTION_VARIABLE: Final = "SESSIONLEDGER_FAILPOINT_ACTION"
+_ACTIONS: Final = ("block", "interrupt")
 
 # name -> the hit that blocks (1-based); None until the first call reads the environment.
 _armed: dict[str, int] | None = None
+_interrupts = False  # the armed point sends SIGINT instead of blocking
 _hits: dict[str, int] = {}
 _lock = threading.Lock()  # backends hit failpoints from worker threads
 
 
 def _load() -> dict[str, int]:
-    global _armed  # noqa: PLW0603 - read once, on first use (never at import)
+    global _armed, _interrupts  # noqa: PLW0603 - read once, on first use (never at import)
+    action = os.environ.get(ACTION_VARIABLE, "").strip() or "block"
+    if action not in _ACTIONS:
+        raise ConfigError(f"{ACTION_VARIABLE}={action!r} is not one of {', '.join(_ACTIONS)}")
+    _interrupts = action == "interrupt"
     spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
     armed: dict[str, int] = {}
     if spec:
@@ -71,7 +83,8 @@ def failpoint_armed(name: str) -> bool:
 
 
 def failpoint(name: str) -> None:
-    """Block forever here if *name* is the armed failpoint (at its N-th hit)."""
+    """Block forever here if *name* is the armed failpoint (at its N-th hit), or, with
+    the ``interrupt`` action, send this process SIGINT and return."""
     armed = _armed if _armed is not None else _load()
     if name not in armed:
         return
@@ -80,5 +93,8 @@ def failpoint(name: str) -> None:
     if hit != armed[name]:
         return
     os.write(2, f"FAILPOINT {name} {os.getpid()}\n".encode())  # fd 2: unbuffered, any thread
+    if _interrupts:
+        os.kill(os.getpid(), signal.SIGINT)  # handled in the main thread, as a Ctrl-C is
+        return
     while True:  # the parent SIGKILLs us; nothing may run past this point
         time.sleep(3600)

@@ -26,6 +26,7 @@ __all__ = [
     "MessageShapeError",
     "NotLiveError",
     "QueryError",
+    "ReadBackMismatchError",
     "ReentrantAppendError",
     "ResourceLimitError",
     "SeedError",
@@ -238,6 +239,28 @@ class StorageRowError(LedgerError):
     """A stored physical record (such as a packed chunk row) is malformed."""
 
     code = "BAD_STORAGE_ROW"
+
+
+class ReadBackMismatchError(LedgerError):
+    """A whole log written at once (``SessionPersistence.publish``, what ``copy`` writes)
+    read back other than written: ``difference`` says what differs, ``seq`` the first
+    event that does. ``published`` tells whether the log was left in the store: a store
+    that checks before publishing (every built-in one) publishes nothing, one that can
+    only check afterwards leaves the log as it is (docs/backends.md, "whole logs")."""
+
+    code = "READ_BACK_MISMATCH"
+    difference: str | None
+    published: bool
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        difference: str | None = None,
+        published: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, difference=difference, published=published, **kwargs)
 
 
 class SessionLockedError(LedgerError):

@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple, final
 import orjson
 
 from sessionledger import jsoncodec
-from sessionledger.errors import ConfigError
+from sessionledger.errors import ConfigError, SessionNotFoundError
 from sessionledger.events import SessionHeader
 from sessionledger.listing import SessionQuery, StoredSummary
 from sessionledger.searching import IndexedText, TextQuery
@@ -40,6 +40,7 @@ __all__ = [
     "RepairReceipt",
     "SearchRow",
     "collector_paused",
+    "join_batches",
     "parse_json",
 ]
 
@@ -216,6 +217,21 @@ class Batch:
     texts: Sequence[IndexedText] = ()
 
 
+def join_batches(batches: Sequence[Batch]) -> Batch:
+    """Return consecutive *batches* of one log as one batch (records, texts and the last
+    summary), creating when the first does: what one write of them all must store."""
+    first, last = batches[0], batches[-1]
+    return Batch(
+        first.header,
+        [record for batch in batches for record in batch.records],
+        first.first_seq,
+        last.end_seq,
+        first.creates,
+        last.summary,
+        [text for batch in batches for text in batch.texts],
+    )
+
+
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
 class Repair:
@@ -308,6 +324,29 @@ class LogStore(ABC):
         for a batch that ``creates`` the log, when a log already exists under the id. A
         write that fails with an exception leaves nothing a retry would duplicate.
         """
+
+    async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        """Store a new log whole: every one of *batches* (the first ``creates`` it), so
+        that readers see all of it or none of it, also when the process dies in the middle.
+        Return False, writing nothing, when a log exists under the id.
+
+        Before the log becomes visible, a store reads it back as ``read_log`` would and
+        calls *check* with it; when *check* raises, nothing is published and the error goes
+        to the caller. The default writes the batches as one creating ``write_batch``
+        (atomic by that primitive's contract) and can check only after it (the log then
+        stays as written); a store that can stage a log overrides it (docs/backends.md,
+        "whole logs").
+        """
+        batch = join_batches(batches)
+        if not await self.write_batch(batch):
+            return False
+        stored = await self.read_log(batch.header.id)
+        if stored is None:
+            raise SessionNotFoundError(
+                "the log just written is gone (deleted meanwhile?)", session_id=batch.header.id
+            )
+        check(stored)
+        return True
 
     @abstractmethod
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:

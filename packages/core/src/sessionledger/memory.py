@@ -14,7 +14,7 @@ import itertools
 import logging
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
 from sessionledger import jsoncodec
@@ -31,6 +31,7 @@ from sessionledger.logstore import (
     RawRecord,
     Repair,
     RepairReceipt,
+    join_batches,
 )
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
@@ -114,45 +115,35 @@ class MemoryLogStore(LogStore):
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         stored = self.storage.get(session_id)
-        if stored is None:
-            return None
-        records = []
-        for index, line in enumerate(stored.records):
-            try:
-                value: Any = jsoncodec.loads(line)
-            except ValueError:
-                value = UNPARSABLE
-            records.append(RawRecord(value, index, f"record {index}"))
-        try:
-            header = jsoncodec.loads(stored.header)
-        except ValueError as error:
-            raise CorruptLogError(
-                f"the stored header is not valid JSON: {error}", session_id=session_id
-            ) from error
-        return RawLog(header, records, _revision(stored))
+        return None if stored is None else _raw_log(session_id, stored)
 
     async def read_revision(self, session_id: str) -> str | None:
         stored = self.storage.get(session_id)
         return None if stored is None else _revision(stored)
 
     async def write_batch(self, batch: Batch) -> bool:
-        encoded = [jsoncodec.dumps(record) for record in batch.records]
-        ends = _ends(batch)
         stored = self.storage.get(batch.header.id)
         if batch.creates:
             if stored is not None:
                 return False
-            header = jsoncodec.dumps(batch.header.to_json())
-            self.storage[batch.header.id] = _Stored(
-                header, encoded, ends, next(_incarnations), summary=batch.summary
-            )
+            self.storage[batch.header.id] = _new_log(batch)
             return True
         if stored is None or stored.next_seq != batch.first_seq:
             return False
-        stored.records.extend(encoded)
-        stored.ends.extend(ends)
+        stored.records.extend(jsoncodec.dumps(record) for record in batch.records)
+        stored.ends.extend(_ends(batch))
         stored.changes += 1
         stored.summary = batch.summary
+        return True
+
+    async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        """Build the log aside, check it, then add it to the store in one step."""
+        batch = join_batches(batches)
+        if batch.header.id in self.storage:
+            return False
+        staged = _new_log(batch)
+        check(_raw_log(batch.header.id, staged))  # synchronous: nothing can come between
+        self.storage[batch.header.id] = staged
         return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
@@ -284,6 +275,35 @@ def _holders(storage: MemoryStore) -> dict[str, weakref.ref[MemoryLogStore]]:
     if entry is None or entry[0] is not storage:
         entry = _claims[id(storage)] = (storage, {})
     return entry[1]
+
+
+def _new_log(batch: Batch) -> _Stored:
+    """The stored form of a new log holding the header and the records of *batch*."""
+    return _Stored(
+        jsoncodec.dumps(batch.header.to_json()),
+        [jsoncodec.dumps(record) for record in batch.records],
+        _ends(batch),
+        next(_incarnations),
+        summary=batch.summary,
+    )
+
+
+def _raw_log(session_id: str, stored: _Stored) -> RawLog:
+    """Parse a stored log's bytes back, as a file's reader would."""
+    records = []
+    for index, line in enumerate(stored.records):
+        try:
+            value: Any = jsoncodec.loads(line)
+        except ValueError:
+            value = UNPARSABLE
+        records.append(RawRecord(value, index, f"record {index}"))
+    try:
+        header = jsoncodec.loads(stored.header)
+    except ValueError as error:
+        raise CorruptLogError(
+            f"the stored header is not valid JSON: {error}", session_id=session_id
+        ) from error
+    return RawLog(header, records, _revision(stored))
 
 
 def _revision(stored: _Stored) -> str:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
+from sessionledger import publishing
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
 from sessionledger.catalog import ReindexReport, SessionCatalog
@@ -34,6 +35,7 @@ from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
     HeaderError,
+    ReadBackMismatchError,
     SeedError,
     SeqMismatchError,
     SessionExistsError,
@@ -46,14 +48,14 @@ from sessionledger.listing import (
     SessionInfo,
 )
 from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt, collector_paused
-from sessionledger.refusals import held_prefix, readable_scan, refusal
+from sessionledger.refusals import changed_meanwhile, held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
 from sessionledger.searching import (
     indexed_texts,
 )
 from sessionledger.session import Clock, Session, SessionHooks
-from sessionledger.stored import SalvageReport, StoredSession
+from sessionledger.stored import SalvageReport, StoredSession, ValidatedLog
 from sessionledger.summaries import SessionSummary, summarize
 
 __all__ = [
@@ -259,6 +261,36 @@ class SessionPersistence(SessionCatalog):
             )
         return summary
 
+    async def publish(
+        self, header: SessionHeader, events: Iterable[SessionEvent | Mapping[str, Any]]
+    ) -> None:
+        """Store a new session whole, at once (docs/backends.md, "whole logs"): readers see
+        all of *events* or nothing, even if the process dies part-way. The log is checked
+        as a read checks one, and read back before it is published
+        (``ReadBackMismatchError``). An id live here or stored raises
+        ``SessionExistsError``; this instance then holds the session, as after ``append``."""
+        log = publishing.whole_log(header, events, self.event_types)
+        session_id = header.id
+        async with self._lock(session_id):
+            stored = await self._store.read_revision(session_id) is not None
+            if stored or self._in_use(session_id):
+                raise SessionExistsError("session already exists", session_id=session_id)
+            sizes = checked_sizes(self._store, session_id, log, None)
+            batches, summary = publishing.log_batches(
+                header, log, self._batch, sizes, self._store.max_batch_bytes
+            )
+            try:
+                async with self._owning(session_id):
+                    check = publishing.read_back(header, log)
+                    if not await self._store.write_log(batches, check):
+                        raise SessionExistsError("session already stored", session_id=session_id)
+            except ReadBackMismatchError as error:
+                error.published = await self._store.read_revision(session_id) is not None
+                raise
+            self._headers[session_id] = header
+            self._cursors[session_id] = len(log)
+            self._summaries[session_id] = summary
+
     async def _write(
         self,
         header: SessionHeader,
@@ -373,7 +405,7 @@ class SessionPersistence(SessionCatalog):
                 Repair(header, raw.revision, cut_at=point.cut_at, kept_events=point.kept_events)
             )
             if moved is None:
-                raise _changed_meanwhile(session_id, point.kept_events)
+                raise changed_meanwhile(session_id, point.kept_events)
             receipt = moved
             logger.warning(
                 "session %r: salvage moved %d records (%d bytes) after seq %d to %s",
@@ -486,7 +518,7 @@ class SessionPersistence(SessionCatalog):
         clock: Clock | None,
         *,
         going_live: bool,
-    ) -> _Validated:
+    ) -> ValidatedLog:
         """Read a stored log and validate it whole, closers of an interrupted turn
         included; write nothing. Only a log *going_live* must know every type (with the
         registry of *hooks*, the caller's ledger, else this backend's): a reader keeps
@@ -513,9 +545,9 @@ class SessionPersistence(SessionCatalog):
             # damaged, whether or not its plugins are loaded.
             if going_live:
                 check_event_types(hooks.event_types, session_id, events, scan.location)
-        return _Validated(scan, closers, session)
+        return ValidatedLog(scan, closers, session)
 
-    async def _go_live(self, read: _Validated) -> tuple[StoredSession, Session]:
+    async def _go_live(self, read: ValidatedLog) -> tuple[StoredSession, Session]:
         """Commit a validated log's repair (this instance owns it) and take up its cursor."""
         scan, closers = read.scan, read.closers
         session_id = scan.header.id
@@ -551,7 +583,7 @@ class SessionPersistence(SessionCatalog):
         )
         receipt = await self._store.commit_repair(repair)
         if receipt is None:
-            raise _changed_meanwhile(scan.header.id, end)
+            raise changed_meanwhile(scan.header.id, end)
         if receipt.moved_bytes:
             logger.warning(
                 "session %r: a torn tail (%d bytes, %d incomplete batch%s) after seq %d was "
@@ -565,27 +597,3 @@ class SessionPersistence(SessionCatalog):
             )
         failpoint("core.repair.after-closers")
         return receipt
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Validated:
-    """A stored log as read and validated: what going live needs, and what it shows."""
-
-    scan: ScannedLog
-    closers: builtins.list[SessionEvent]
-    session: Session
-
-    def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
-        """The session as read at *revision*, with its torn tail (by default, as read)."""
-        events = self.scan.events
-        log = events.plus(self.closers) if type(events) is EventLog else (*events, *self.closers)
-        torn = self.scan.torn if torn is None else torn
-        return StoredSession(self.scan.header, log, revision, self.scan.torn_batches, torn)
-
-
-def _changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:
-    return SeqMismatchError(
-        "the stored log changed since it was read; not repairing it (load the session again)",
-        session_id=session_id,
-        seq=seq,
-    )

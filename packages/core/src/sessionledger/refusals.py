@@ -22,7 +22,7 @@ from sessionledger.errors import (
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.logstore import RawLog
 
-__all__ = ["held_prefix", "readable_scan", "refusal"]
+__all__ = ["changed_meanwhile", "held_prefix", "readable_scan", "refusal"]
 
 
 def readable_scan(session_id: str, raw: RawLog | None, first: int) -> ScannedLog | None:
@@ -97,3 +97,12 @@ def refusal(
 
 def _stored_bytes(value: Any) -> bytes:
     return jsoncodec.dumps(value)
+
+
+def changed_meanwhile(session_id: str, seq: int) -> SeqMismatchError:
+    """The refusal of a repair whose log another writer changed since it was read."""
+    return SeqMismatchError(
+        "the stored log changed since it was read; not repairing it (load the session again)",
+        session_id=session_id,
+        seq=seq,
+    )

@@ -6,10 +6,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import final
 
-from sessionledger.committed import TornTail
+from sessionledger.committed import ScannedLog, TornTail
+from sessionledger.eventlog import EventLog
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.session import Session
 
-__all__ = ["SalvageReport", "StoredSession"]
+__all__ = ["SalvageReport", "StoredSession", "ValidatedLog"]
 
 
 @final
@@ -51,3 +53,21 @@ class SalvageReport:
     def moved(self) -> bool:
         """Whether anything was moved aside (False: the log had no damage to cut)."""
         return self.moved_records > 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+@final
+class ValidatedLog:
+    """A stored log as read and validated: what going live needs (the scan, the closers of
+    an interrupted turn, the session rebuilt from them), and what a read shows."""
+
+    scan: ScannedLog
+    closers: list[SessionEvent]
+    session: Session
+
+    def stored(self, revision: str, torn: TornTail | None = None) -> StoredSession:
+        """The session as read at *revision*, with its torn tail (by default, as read)."""
+        events = self.scan.events
+        log = events.plus(self.closers) if type(events) is EventLog else (*events, *self.closers)
+        torn = self.scan.torn if torn is None else torn
+        return StoredSession(self.scan.header, log, revision, self.scan.torn_batches, torn)

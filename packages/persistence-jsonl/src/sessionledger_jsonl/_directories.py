@@ -18,14 +18,14 @@ from typing import Any, Final
 
 from sessionledger.errors import CorruptLogError, HeaderError, LedgerError
 from sessionledger.events import SessionHeader
-from sessionledger.logstore import RawLog, collector_paused
+from sessionledger.logstore import RawLog
 from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
     LOG_NAME,
     incarnation_of,
+    log_parts,
     parse_header,
     revision_of,
-    split_batches,
     stat_key,
 )
 from sessionledger_jsonl.paths import encode_session_id, project_key
@@ -174,18 +174,8 @@ class SessionDirectories:
             data, status = self._stable_read(fd)
         finally:
             self.system.close(fd)
-        end = data.find(b"\n")
-        if end < 0:
-            raise CorruptLogError(
-                "the header line is missing or incomplete",
-                session_id=session_id,
-                path=path,
-                line=1,
-            )
-        header, incarnation = parse_header(data[:end], path, session_id)
+        header, incarnation, records, batches = log_parts(data, path, session_id)
         self._check_location(session_id, header, place, path)
-        with collector_paused():
-            records, batches = split_batches(data, end + 1, path)
         return RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
 
     def _stable_read(self, fd: int) -> tuple[bytes, os.stat_result]:

@@ -28,7 +28,7 @@ from sessionledger import jsoncodec
 from sessionledger.errors import CorruptLogError, FormatUnsupportedError, LedgerError
 from sessionledger.events import SessionHeader
 from sessionledger.lines import LineRecords
-from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord, parse_json
+from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord, collector_paused, parse_json
 from sessionledger.snapshot import brief
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "frame_batch",
     "header_line",
     "incarnation_of",
+    "log_parts",
     "parse_header",
     "parse_line",
     "quarantine_name",
@@ -119,6 +120,22 @@ def parse_header(line: bytes, path: str, session_id: str | None) -> tuple[dict[s
             line=1,
         )
     return value, incarnation
+
+
+def log_parts(
+    data: bytes, path: str, session_id: str | None
+) -> tuple[dict[str, Any], str, LineRecords, list[RawBatch]]:
+    """Read a log file's bytes: its header (``parse_header``), its incarnation token, and
+    its records and batches (``split_batches``)."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise CorruptLogError(
+            "the header line is missing or incomplete", session_id=session_id, path=path, line=1
+        )
+    header, incarnation = parse_header(data[:end], path, session_id)
+    with collector_paused():
+        records, batches = split_batches(data, end + 1, path)
+    return header, incarnation, records, batches
 
 
 def frame_batch(

@@ -18,7 +18,7 @@ import datetime
 import functools
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from sessionledger._failpoints import failpoint
@@ -83,10 +83,14 @@ class Writers:
 
     # -- the primitives -------------------------------------------------------------------
 
-    def create(self, batch: Batch) -> str | None:
-        """Publish a new log holding the header and *batch* and return its revision; None
-        if one exists."""
-        header = batch.header
+    def create(
+        self, batches: Sequence[Batch], check: Callable[[bytes], None] | None = None
+    ) -> str | None:
+        """Publish a new log holding the header and *batches* (each framed by its commit
+        record) and return its revision; None if one exists. *check* gets the bytes read
+        back from the durable temp file before it is linked; when it raises, nothing is
+        published."""
+        header = batches[0].header
         session_id = header.id
         existing = self._directories.find(session_id)
         if existing is not None:
@@ -106,14 +110,15 @@ class Writers:
                     return None  # another writer published it, and holds it
                 raise
             incarnation = secrets.token_hex(8)
-            content = frame_batch(
-                batch.records,
-                batch.first_seq,
-                batch.end_seq,
-                prefix=header_line(header, incarnation),
+            prefix = header_line(header, incarnation)
+            content = b"".join(
+                frame_batch(batch.records, batch.first_seq, batch.end_seq, prefix=prefix)
+                if index == 0
+                else frame_batch(batch.records, batch.first_seq, batch.end_seq)
+                for index, batch in enumerate(batches)
             )
             try:
-                status = self._publish(directory, content)
+                status = self._publish(directory, content, check)
             except FileExistsError:
                 self._claims.release(session_id)
                 return None
@@ -133,7 +138,7 @@ class Writers:
         self._make_root_durable()
         self._directories.remember(session_id, place)
         self._held[session_id] = _Writer(
-            place, len(content), batch.end_seq, incarnation=incarnation
+            place, len(content), batches[-1].end_seq, incarnation=incarnation
         )
         return revision_of(incarnation, status)
 
@@ -228,15 +233,17 @@ class Writers:
 
     # -- publishing -------------------------------------------------------------------------
 
-    def _publish(self, directory: int, content: bytes) -> os.stat_result:
+    def _publish(
+        self, directory: int, content: bytes, check: Callable[[bytes], None] | None
+    ) -> os.stat_result:
         """Create ``session.jsonl`` holding *content*, all at once or not at all, and
         return its status once published (the revision's part: ``link`` and the temp
         file's ``unlink`` change its ctime).
 
-        The bytes go to a fresh temp file, which is made durable and then hard-linked to
-        the log's name: ``link`` never replaces, so an existing log raises
-        ``FileExistsError`` and is left untouched. Temp files of earlier interrupted
-        calls are removed first.
+        The bytes go to a fresh temp file, which is made durable, read back for *check*
+        (when given) and then hard-linked to the log's name: ``link`` never replaces, so
+        an existing log raises ``FileExistsError`` and is left untouched. Temp files of
+        earlier interrupted calls are removed first.
         """
         system = self._system
         for name, _ in system.entries(directory):
@@ -254,6 +261,8 @@ class Writers:
                 if self._fsync:
                     system.fsync(fd)
                 failpoint("jsonl.publish.after-temp-fsync")
+                if check is not None:
+                    check(system.read_all(fd))
             finally:
                 system.close(fd)
             system.link(temp, LOG_NAME, directory)

@@ -21,8 +21,8 @@ from typing import Any, Final, ParamSpec, TypeVar, final
 
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
-from sessionledger.links import pinned
 from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
+from sessionledger.links import pinned
 from sessionledger.listing import StoredSummary
 from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 from sessionledger.persistence import SessionPersistence
@@ -33,6 +33,7 @@ from sessionledger_jsonl import _files
 from sessionledger_jsonl._audit import AuditLog
 from sessionledger_jsonl._directories import SessionDirectories
 from sessionledger_jsonl._files import FileSystem
+from sessionledger_jsonl._format import log_parts
 from sessionledger_jsonl._index import SummaryIndex, summary_rows
 from sessionledger_jsonl._writing import Writers
 
@@ -134,12 +135,35 @@ class JsonlLogStore(LogStore):
         return await self._run(batch.header.id, self._write_batch, batch)
 
     def _write_batch(self, batch: Batch) -> bool:
-        write = self._writers.create if batch.creates else self._writers.append
-        revision = write(batch)
+        if batch.creates:
+            revision = self._writers.create([batch])
+        else:
+            revision = self._writers.append(batch)
         if revision is None:
             return False
         if batch.summary is not None:  # only once the batch is durable
             self._index.append(batch.header.id, revision, batch.summary)
+        return True
+
+    async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        """Publish the log whole: every batch goes into the temp file that ``link`` makes
+        the log, and *check* reads that file back, durable, before it is linked."""
+        return await self._run(batches[0].header.id, self._write_log, batches, check)
+
+    def _write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        header = batches[0].header
+        path = self.locate(header)
+
+        def check_staged(data: bytes) -> None:
+            parsed, incarnation, records, framed = log_parts(data, path, header.id)
+            check(RawLog(parsed, records, f"staged {incarnation}", path, batches=framed))
+
+        revision = self._writers.create(batches, check_staged)
+        if revision is None:
+            return False
+        summary = batches[-1].summary
+        if summary is not None:  # only once the log is durable
+            self._index.append(header.id, revision, summary)
         return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:

@@ -28,8 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
@@ -43,7 +42,6 @@ from sessionledger.logstore import (
     Batch,
     LogStore,
     RawLog,
-    RawRecord,
     Repair,
     RepairReceipt,
     SearchRow,
@@ -54,6 +52,7 @@ from sessionledger.searching import IndexedText, TextQuery
 from sessionledger.summaries import SessionSummary
 from sessionledger_postgres import options, queries, rows
 from sessionledger_postgres import schema as schema_module
+from sessionledger_postgres.batches import batch_statement, raw_log, row_count, write_whole
 from sessionledger_postgres.claims import Claims
 from sessionledger_postgres.connections import TrackedConnection
 from sessionledger_postgres.failures import translate
@@ -65,11 +64,6 @@ __all__ = ["PostgresLogStore", "PostgresPersistence"]
 
 _GRACEFUL_CLOSE_S: Final = 10.0
 _SYNCHRONOUS_COMMIT: Final = "SELECT current_setting('synchronous_commit')"
-
-
-def _count(status: str) -> int:
-    """Return the row count of a command status such as ``INSERT 0 12``."""
-    return int(status.rsplit(" ", 1)[-1])
 
 
 @final
@@ -253,11 +247,7 @@ class PostgresLogStore(LogStore):
                 found = await conn.fetch(self._sql.select_events_from, session_id, from_seq)
             else:
                 found = await conn.fetch(self._sql.select_events, session_id)
-        records = [
-            RawRecord(rows.storage_record(row), row[0], f"row seq {row[0]}") for row in found
-        ]
-        revision = rows.revision_string(head[9], head[10])
-        return RawLog(rows.header_json(head), records, revision, self._location)
+        return raw_log(head, found, self._location)
 
     async def read_revision(self, session_id: str) -> str | None:
         if rows.text_flaw(session_id) is not None:
@@ -272,44 +262,20 @@ class PostgresLogStore(LogStore):
         return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
 
     async def write_batch(self, batch: Batch) -> bool:
-        header = batch.header
-        session_id = header.id
         # Serialize before touching the server: a value that cannot be stored writes nothing.
-        rows.plain_text(session_id, "session id", session_id)
-        columns = rows.batch_columns(session_id, batch.records)
-        summary = rows.summary_columns(batch.summary, header.created_at)
-        texts = rows.text_columns(batch.texts)
-        await self._hold(session_id)  # the policy claimed it; this checks the claim holds
+        statement, arguments = batch_statement(self._sql, batch)
+        await self._hold(batch.header.id)  # the policy claimed it; this checks the claim holds
+        async with self.connection(batch.header.id) as conn:
+            status = await conn.execute(statement, *arguments)
+        return row_count(status) > 0
+
+    async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        """One transaction: a statement per batch, then the log read back for *check*
+        before the commit."""
+        session_id = batches[0].header.id
+        await self._hold(session_id)
         async with self.connection(session_id) as conn:
-            if batch.creates:
-                status = await conn.execute(
-                    self._sql.materialize,
-                    session_id,
-                    header.version,
-                    header.created_at,
-                    rows.plain_text(header.cwd, "cwd", session_id),
-                    rows.plain_text(header.parent_session, "parent session", session_id),
-                    header.seed_length,
-                    header.delegation_depth,
-                    rows.plain_text(header.title, "title", session_id),
-                    None if header.meta is None else rows.json_text(header.meta),
-                    uuid.uuid4().hex,
-                    batch.end_seq,
-                    *columns,
-                    *summary,
-                    *texts,
-                )
-            else:
-                status = await conn.execute(
-                    self._sql.advance,
-                    session_id,
-                    batch.end_seq,
-                    batch.first_seq,
-                    *columns,
-                    *summary,
-                    *texts,
-                )
-        return _count(status) > 0
+            return await write_whole(conn, self._sql, batches, check, self._location)
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         session_id = repair.header.id
@@ -346,7 +312,7 @@ class PostgresLogStore(LogStore):
                         *summary,
                         *rows.text_columns(closers.texts),
                     )
-                    if _count(status) == 0:
+                    if row_count(status) == 0:
                         raise _Refused  # rolls the cut back too
                 await conn.execute(self._sql.set_summary, session_id, *summary)
         except _Refused:

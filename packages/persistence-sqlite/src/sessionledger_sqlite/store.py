@@ -17,7 +17,7 @@ import functools
 import hashlib
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, final
 
 import aiosqlite
@@ -29,7 +29,15 @@ from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
 from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt, SearchRow
+from sessionledger.logstore import (
+    Batch,
+    LogStore,
+    RawLog,
+    Repair,
+    RepairReceipt,
+    SearchRow,
+    join_batches,
+)
 from sessionledger.persistence import SessionPersistence
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.searching import IndexedText, TextQuery
@@ -225,10 +233,30 @@ class SqliteLogStore(LogStore):
         failpoint("sqlite.write.after-commit")
         return True
 
-    async def _create(self, batch: Batch, event_rows: list[tuple[Any, ...]]) -> bool:
+    async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
+        """Insert the whole log in one transaction (statements of at most a few hundred
+        rows, as any batch's), read it back inside it for *check*, then commit."""
+        return await self._create_whole(join_batches(batches), check)
+
+    async def _create_whole(self, batch: Batch, check: Callable[[RawLog], None]) -> bool:
+        try:
+            if not await self._create(batch, batches.event_rows(batch.header.id, batch), check):
+                return False
+        except Refused:
+            return False
+        failpoint("sqlite.write.after-commit")
+        return True
+
+    async def _create(
+        self,
+        batch: Batch,
+        event_rows: list[tuple[Any, ...]],
+        check: Callable[[RawLog], None] | None = None,
+    ) -> bool:
         """Insert the session row (with the batch's summary) and its first batch in one
         transaction; False (nothing inserted) when the id is taken. The row starts at
-        seq 0, and the schema's triggers advance it as the events go in."""
+        seq 0, and the schema's triggers advance it as the events go in. *check* gets
+        the log as read back before the commit (raising rolls it back)."""
         header = batch.header
         summary = list(indexes.summary_values(batch.summary))
         if summary[2] is None:
@@ -244,6 +272,10 @@ class SqliteLogStore(LogStore):
             failpoint("sqlite.write.after-session-row")
             await batches.insert_all(db, event_rows)
             await indexes.insert_texts(db, header.id, batch.texts)
+            if check is not None:
+                head = list(await db.execute_fetchall(_SELECT_SESSION, (header.id,)))
+                found = list(await db.execute_fetchall(_SELECT_EVENTS, (header.id,)))
+                check(raw_log(head[0], found, self._location))
             failpoint("sqlite.write.before-commit")
         return True
 

@@ -256,14 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_json(repair, "the appended events")
 
-    copy = add("copy", "copy sessions between stores, then verify each copy event-for-event")
+    copy = add("copy", "copy sessions between stores, each verified, then published whole")
     copy.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")
     copy.add_argument("--to", dest="target", required=True, metavar="URL", help="destination")
     copy.add_argument("ids", nargs="*", metavar="ID", help="sessions to copy (default: all)")
     copy.add_argument(
         "--skip-existing",
         action="store_true",
-        help="leave out sessions the destination already has (default: refuse)",
+        help="leave out sessions the destination already has, as they are (default: "
+        "refuse); the rerun of a stopped copy",
     )
     _add_json(copy, "the outcome")
 

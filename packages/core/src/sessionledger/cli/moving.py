@@ -17,6 +17,7 @@ from sessionledger.cli.stores import opened_ledger, opened_store
 from sessionledger.errors import (
     ConfigError,
     HistoryFormatError,
+    ReadBackMismatchError,
     SessionExistsError,
     SessionNotFoundError,
 )
@@ -26,29 +27,13 @@ from sessionledger.importing import (
     from_openai_messages,
     load_history_file,
 )
-from sessionledger.persistence import SessionPersistence, StoredSession
+from sessionledger.persistence import SessionPersistence
 from sessionledger.session import Session
 
-__all__ = ["BATCH_EVENTS", "copy", "delete", "first_difference", "import_history"]
-
-#: Events per ``append`` call when writing a copied session (one durable batch each).
-BATCH_EVENTS: Final = 1000
+__all__ = ["copy", "delete", "import_history"]
 
 #: Exit status when a copied session does not read back identical.
 EXIT_MISMATCH: Final = 1
-
-
-def first_difference(original: StoredSession, copied: StoredSession) -> str | None:
-    """Return what differs between two stored sessions (header, length or the first
-    event whose JSON differs), or None when they are identical event for event."""
-    if copied.header != original.header:
-        return "the header differs"
-    if len(copied.events) != len(original.events):
-        return f"{plural(len(copied.events), 'event')} read back, {len(original.events)} written"
-    for left, right in zip(original.events, copied.events, strict=True):
-        if left.to_json() != right.to_json():
-            return f"event seq {left.seq} differs"
-    return None
 
 
 def _progress() -> Progress:
@@ -61,22 +46,33 @@ def _progress() -> Progress:
     )
 
 
-async def _write_copy(target: SessionPersistence, stored: StoredSession) -> None:
-    events: Sequence[SessionEvent] = stored.events
-    await target.create(stored.header)
-    for start in range(0, len(events), BATCH_EVENTS):
-        await target.append(stored.header.id, events[start : start + BATCH_EVENTS])
+async def _copy_session(
+    source: SessionPersistence, target: SessionPersistence, session_id: str
+) -> tuple[int, ReadBackMismatchError | None]:
+    """Copy one session whole (``publish``: read back and compared before it is
+    published); return its event count and, when the copy differed, the error."""
+    stored = await source.inspect(session_id)
+    try:
+        await target.publish(stored.header, stored.events)
+    except ReadBackMismatchError as error:
+        return len(stored.events), error
+    await target.release(session_id)  # written: the copy needs no hold on it
+    return len(stored.events), None
 
 
 async def copy(args: argparse.Namespace) -> int:
-    """``copy --from URL --to URL [ID ...]``: copy sessions (all by default), reading each
-    copy back and comparing it event for event (``to_json()``) with what was read.
+    """``copy --from URL --to URL [ID ...]``: copy sessions (all by default), each
+    compared event for event (``to_json()``) with what was read.
 
     Each session is copied as a resume would see it (``inspect``: a torn tail dropped, an
-    interrupted turn closed), so the copy is a clean, closed log. An id that already
-    exists in the destination stops the command before anything is written, unless
-    ``--skip-existing`` leaves those sessions out. A source session that cannot be read
-    stops the command (exit 2) with the sessions before it copied and verified.
+    interrupted turn closed), so the copy is a clean, closed log. It is published whole
+    (``SessionPersistence.publish``): the destination shows it only once it is written
+    and read back identical, so a copy killed part-way leaves no partial session, and
+    ``--skip-existing`` finishes it (docs/durability.md, "copying sessions"). An id that
+    already exists in the destination stops the command before anything is written,
+    unless ``--skip-existing`` leaves those sessions out (as they are, not compared). A
+    source session that cannot be read stops the command (exit 2) with the sessions
+    before it copied and verified.
     """
     if args.source == args.target:
         raise ConfigError("--from and --to name the same store")
@@ -101,49 +97,58 @@ async def copy(args: argparse.Namespace) -> int:
             )
         todo = [session_id for session_id in ids if session_id not in existing]
         copied_events = 0
-        mismatches: list[tuple[str, str]] = []
+        mismatches: list[tuple[str, ReadBackMismatchError]] = []
         with _progress() as progress:
             task = progress.add_task("copying", total=len(todo))
             for session_id in todo:
-                # Each session is read back and compared as soon as it is written, so a
-                # failure later on leaves only verified copies behind.
+                # Each session is verified before it is published, so a failure later on
+                # leaves only verified copies behind.
                 progress.update(task, description=f"copying {session_id}")
-                stored = await source.inspect(session_id)
-                await _write_copy(target, stored)
-                progress.update(task, description=f"verifying {session_id}")
-                difference = first_difference(stored, await target.inspect(session_id))
-                if difference is not None:
-                    mismatches.append((session_id, difference))
-                copied_events += len(stored.events)
+                count, mismatch = await _copy_session(source, target, session_id)
+                if mismatch is not None:
+                    mismatches.append((session_id, mismatch))
+                if mismatch is None or mismatch.published:
+                    copied_events += count
                 progress.advance(task)
             progress.update(task, description="copied and verified")
+    unpublished = {sid for sid, error in mismatches if not error.published}
     if args.json:
         write_json(
             {
                 "from": args.source,
                 "to": args.target,
-                "copied": todo,
+                "copied": [sid for sid in todo if sid not in unpublished],
                 "skipped": clashes,
                 "events": copied_events,
                 "verified": not mismatches,
-                "mismatches": [{"id": sid, "difference": what} for sid, what in mismatches],
+                "mismatches": [
+                    {"id": sid, "difference": error.difference, "published": error.published}
+                    for sid, error in mismatches
+                ],
             }
         )
         return EXIT_MISMATCH if mismatches else 0
     console = make_console()
     console.print(
-        f"copied {plural(len(todo), 'session')} ({plural(copied_events, 'event')}) "
+        f"copied {plural(len(todo) - len(unpublished), 'session')} "
+        f"({plural(copied_events, 'event')}) "
         f"from {args.source} to {args.target}",
         markup=False,
     )
     if clashes:
-        console.print(f"skipped {len(clashes)} already in the destination", markup=False)
-    for session_id, difference in mismatches:
-        console.print(Text(f"✗ {session_id}: the copy differs: {difference}", style="bold red"))
+        console.print(
+            f"skipped {len(clashes)} already in the destination (left as they are, not compared)",
+            markup=False,
+        )
+    for session_id, error in mismatches:
+        left = "left in the destination" if error.published else "nothing was published"
+        problem = f"✗ {session_id}: the copy differs: {error.difference} ({left})"
+        console.print(Text(problem, style="bold red"))
     if mismatches:
         return EXIT_MISMATCH
-    verified = f"verified {plural(len(todo), 'session')} event-for-event: identical"
-    console.print(Text(verified, style="green"))
+    if todo:
+        verified = f"verified {plural(len(todo), 'session')} event-for-event: identical"
+        console.print(Text(verified, style="green"))
     return 0
 
 

@@ -15,8 +15,9 @@ is how reopening is tested) and accepts ``event_types=`` (an ``EventTypeRegistry
 Optionally override ``ledger_backend_tamper`` to return a ``Tamper`` for your medium;
 the tests of torn tails, corruption and format versions are skipped without one.
 ``PersistenceContract`` does not start with ``Test``, so pytest collects nothing until
-you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``
-and ``through_ledger``; docs/backends.md, "the contract kit", explains them.
+you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``,
+``ownership``, ``listing``, ``publishing`` and ``through_ledger``; docs/backends.md, "the
+contract kit", explains them.
 """
 
 from sessionledger.testing.contract.base import BackendFactory, Tamper

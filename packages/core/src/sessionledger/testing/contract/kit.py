@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sessionledger.testing.contract.listing import ListingClauses
 from sessionledger.testing.contract.ownership import OwnershipClauses
+from sessionledger.testing.contract.publishing import PublishingClauses
 from sessionledger.testing.contract.reading import ReadingClauses
 from sessionledger.testing.contract.repair import RepairClauses
 from sessionledger.testing.contract.through_ledger import LedgerClauses
@@ -19,6 +20,7 @@ class PersistenceContract(
     OwnershipClauses,
     LedgerClauses,
     ListingClauses,
+    PublishingClauses,
 ):
     """The persistence contract as tests (docs/backends.md, "the contract kit"); subclass
     it and provide ``ledger_backend_factory``."""
