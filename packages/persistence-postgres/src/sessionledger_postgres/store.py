@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from sessionledger.cancellation import uninterrupted
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
@@ -261,7 +262,14 @@ class PostgresLogStore(LogStore):
                         timeout=self._connect_timeout,
                         server_settings={"application_name": claims.holder_name()},
                     )
-                taken = await conn.fetchval(claims.TRY_LOCK, key)
+                try:
+                    taken = await conn.fetchval(claims.TRY_LOCK, key)
+                except asyncio.CancelledError:
+                    # The server may have granted it all the same: give it back, or it
+                    # stays held unrecorded (docs/durability.md, "cancellation").
+                    with contextlib.suppress(Exception):
+                        await uninterrupted(conn.fetchval(claims.UNLOCK, key))
+                    raise
                 holder = (
                     None if taken else await conn.fetchrow(claims.HOLDER, *claims.key_halves(key))
                 )
