@@ -11,7 +11,9 @@ for the step to end, then raises ``CancelledError``: nothing the call began is s
 running when it has unwound, and the step is whole. A step therefore includes what
 records its outcome (a claim and the note that it is held, a batch and the cursor after
 it). Only the loop's own shutdown (``asyncio.run`` cancels every task) reaches a step
-itself, which is why each step also undoes itself when cancelled.
+itself, which is why each step also undoes itself when cancelled. Such undoing (a
+rollback, letting a claim go) runs in the task that unwinds, never in a new task: the
+shutdown may cancel a new task before it has run at all.
 """
 
 from __future__ import annotations

@@ -353,7 +353,7 @@ class SessionCatalog(ABC):
                 return await self.log_store.delete_log(session_id)
             finally:
                 self._forget(session_id)
-                await uninterrupted(self.log_store.release(session_id))
+                await self.log_store.release(session_id)
 
     async def audit(self) -> builtins.list[Mapping[str, Any]]:
         """Return the store's audit log, oldest record first."""

@@ -149,7 +149,7 @@ class SessionPersistence(SessionCatalog):
             if fresh:
                 self._owned.discard(session_id)
                 self._forget(session_id)
-                await uninterrupted(self._store.release(session_id))
+                await self._store.release(session_id)
             raise
 
     def _lock(self, session_id: str) -> asyncio.Lock:

@@ -34,7 +34,6 @@ from urllib.parse import urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.cancellation import uninterrupted
 from sessionledger.errors import (
     ConfigError,
     CorruptLogError,
@@ -268,7 +267,7 @@ class PostgresLogStore(LogStore):
                     # The server may have granted it all the same: give it back, or it
                     # stays held unrecorded (docs/durability.md, "cancellation").
                     with contextlib.suppress(Exception):
-                        await uninterrupted(conn.fetchval(claims.UNLOCK, key))
+                        await conn.fetchval(claims.UNLOCK, key)
                     raise
                 holder = (
                     None if taken else await conn.fetchrow(claims.HOLDER, *claims.key_halves(key))

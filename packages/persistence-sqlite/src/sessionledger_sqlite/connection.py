@@ -55,12 +55,23 @@ def _abandon(db: aiosqlite.Connection, path: str) -> None:
 
 
 async def _settle(db: aiosqlite.Connection) -> None:
-    """Leave *db* with nothing pending and no transaction open. The connection's worker
-    runs what it is given in order, so this ROLLBACK runs after every statement an
-    interrupted body had queued (a cancelled await does not unqueue it): once it
-    returns, the next unit cannot join a transaction that one left open."""
-    with contextlib.suppress(sqlite3.Error, ValueError):  # none open; or closed
-        await db.execute_fetchall("ROLLBACK")
+    """Leave *db* with nothing pending and no transaction open, even if cancelled again
+    meanwhile. The connection's worker runs what it is given in order, so a ROLLBACK
+    runs after every statement an interrupted body had queued (a cancelled await does
+    not unqueue it): once one returns, the next unit cannot join a transaction that was
+    left open. It is queued by the task that unwinds, at once, never by a new task (one
+    the loop's shutdown could cancel before it ran)."""
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            with contextlib.suppress(sqlite3.Error, ValueError):  # none open; or closed
+                await db.execute_fetchall("ROLLBACK")
+        except asyncio.CancelledError as error:
+            cancelled = error  # the ROLLBACK still runs: wait behind it for another
+            continue
+        break
+    if cancelled is not None:
+        raise cancelled
 
 
 @final
@@ -160,7 +171,7 @@ class StoreConnection:
                     await db.execute_fetchall("BEGIN")
                     yield db
                 finally:
-                    await uninterrupted(_settle(db))
+                    await _settle(db)
             except (sqlite3.Error, OSError) as error:
                 raise self.translate(error, session_id) from error
 
@@ -193,7 +204,7 @@ class StoreConnection:
                         await db.execute_fetchall("ROLLBACK")
                     yield db
                 except BaseException:
-                    await uninterrupted(_settle(db))
+                    await _settle(db)
                     raise
             except sqlite3.IntegrityError as error:
                 if schema.SEQ_MISMATCH in str(error):
