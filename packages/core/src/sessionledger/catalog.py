@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, final
 
+from sessionledger.cancellation import uninterrupted
 from sessionledger.committed import check_version, scan_log, stored_header
 from sessionledger.errors import (
     ConfigError,
@@ -293,6 +294,13 @@ class SessionCatalog(ABC):
                 f"the {self.scheme} store keeps no audit log, so prune deletes nothing "
                 "(every deletion it makes must be on record)"
             )
+        # Begun, an executed prune ends whole: every deletion it starts and the record
+        # after the last (docs/durability.md, "cancellation").
+        return await uninterrupted(self._carry_out(plan, criteria))
+
+    async def _carry_out(self, plan: PrunePlan, criteria: dict[str, Any]) -> PrunePlan:
+        """Delete *plan*'s sessions, recorded in the audit log before the first deletion
+        and after the last."""
         audit_id = uuid.uuid4().hex
         base = {"action": "prune", "id": audit_id, **who_and_where(), "criteria": criteria}
         await self.log_store.append_audit(
@@ -300,13 +308,13 @@ class SessionCatalog(ABC):
                 **base,
                 "phase": "begin",
                 "time": int(time.time() * 1000),
-                "sessions": [item.info.id for item in candidates],
+                "sessions": [item.info.id for item in plan.sessions],
                 "bytes": plan.bytes,
             }
         )
         deleted: builtins.list[str] = []
-        skipped = list(busy)
-        for item in candidates:
+        skipped = list(plan.skipped)
+        for item in plan.sessions:
             try:
                 gone = await self._delete_unchanged(item.info.id, item.info.revision)
             except SessionLockedError:
@@ -338,8 +346,8 @@ class SessionCatalog(ABC):
                 return False
             if await self.log_store.read_revision(session_id) != revision:
                 return False
-            await self.log_store.claim(session_id)
             try:
+                await self.log_store.claim(session_id)  # let go below, even if cancelled
                 if await self.log_store.read_revision(session_id) != revision:
                     return False
                 return await self.log_store.delete_log(session_id)
@@ -370,7 +378,7 @@ class SessionCatalog(ABC):
 
     async def _reindex_one(self, session_id: str) -> str | None:
         async with self._lock(session_id):
-            return await self._reindex_locked(session_id)
+            return await uninterrupted(self._reindex_locked(session_id))  # each one whole
 
     async def _reindex_locked(self, session_id: str) -> str | None:
         """Rebuild one session's summary and texts; return why it could not, or None."""

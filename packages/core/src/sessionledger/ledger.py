@@ -14,6 +14,7 @@ from typing import Any, Final, final
 
 from sessionledger import memory
 from sessionledger._plugins import PluginSet, make_plugin_manager
+from sessionledger.cancellation import uninterrupted
 from sessionledger.durability import Durability
 from sessionledger.errors import (
     ConfigError,
@@ -249,6 +250,11 @@ class Ledger:
         if live is not None:
             return live
         persistence = self._require_store(id)
+        # Begun, a resume ends whole: the session is live here, or nothing happened
+        # (docs/durability.md, "cancellation").
+        return await uninterrupted(self._resume_stored(persistence, id))
+
+    async def _resume_stored(self, persistence: SessionPersistence, id: str) -> Session:
         stored, session = await persistence.load_session(id, hooks=self._hooks, clock=self._clock)
         live = self._live.get(id)
         if live is not None:  # resumed concurrently while we were loading
@@ -469,7 +475,9 @@ class Ledger:
                 raise SessionNotFoundError("session not found", session_id=id)
             return
         try:
-            await self._persistence.delete(id)
+            # The session has left the live set: the deletion ends whole even if the
+            # caller is cancelled (docs/durability.md, "cancellation").
+            await uninterrupted(self._persistence.delete(id))
         except SessionNotFoundError:
             if session is None:
                 raise
@@ -485,7 +493,7 @@ class Ledger:
         await self._flush(session)
         self._retire(session)
         if self._persistence is not None:
-            await self._persistence.release(session.id)
+            await uninterrupted(self._persistence.release(session.id))
 
     async def close(self) -> None:
         """Flush every live session, then close the store. Idempotent.

@@ -21,6 +21,7 @@ from typing import Any
 from sessionledger import publishing
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
+from sessionledger.cancellation import uninterrupted
 from sessionledger.catalog import ReindexReport, SessionCatalog
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.committed import (
@@ -140,16 +141,17 @@ class SessionPersistence(SessionCatalog):
     @contextlib.asynccontextmanager
     async def _owning(self, session_id: str) -> AsyncIterator[None]:
         """Hold *session_id* as its one writer for the body and after it (docs/durability.md,
-        "one writer per session"); a claim made here is let go again when the body fails."""
+        "one writer per session"); a claim made here is let go again when the body (or
+        the claim itself) fails or is cancelled."""
         fresh = session_id not in self._owned
-        if fresh:
-            await self._store.claim(session_id)
-            self._owned.add(session_id)
         try:
+            if fresh:
+                await self._claim(session_id)
             yield
         except BaseException:
             if fresh:
                 self._owned.discard(session_id)
+                self._forget(session_id)
                 await self._store.release(session_id)
             raise
 
@@ -213,34 +215,52 @@ class SessionPersistence(SessionCatalog):
             return
         sizes = checked_sizes(self._store, session_id, batch, sizes)
         async with self._lock(session_id):
-            header = self._created.get(session_id)
-            creates = header is not None
-            if header is not None:
-                first = 0
-            else:
-                if session_id not in self._cursors:
-                    await self._load_locked(session_id, commit=True)
-                header = self._headers[session_id]
-                first = self._cursors[session_id]
-            for offset, event in enumerate(batch):
-                if event.seq != first + offset:
-                    raise SeqMismatchError(
-                        f"batch does not continue the stored log: expected seq "
-                        f"{first + offset} at index {offset}, got {event.seq}",
-                        session_id=session_id,
-                        seq=event.seq,
-                    )
-            summary = self._summaries.get(session_id, SessionSummary())
-            if creates:
-                async with self._owning(session_id):
-                    summary = await self._write_fitting(header, batch, first, True, summary, sizes)
-            else:
-                summary = await self._write_fitting(header, batch, first, False, summary, sizes)
-            if creates:
-                del self._created[session_id]
-                self._headers[session_id] = header
-            self._cursors[session_id] = first + len(batch)
-            self._summaries[session_id] = summary
+            # Begun, an append ends whole (a cold load included) and is taken up, whatever
+            # the caller cancels (docs/durability.md, "cancellation").
+            await uninterrupted(self._append_locked(session_id, batch, sizes))
+
+    async def _append_locked(
+        self,
+        session_id: str,
+        batch: builtins.list[SessionEvent],
+        sizes: Sequence[int] | None,
+    ) -> None:
+        header = self._created.get(session_id)
+        creates = header is not None
+        if header is not None:
+            first = 0
+        else:
+            if session_id not in self._cursors:
+                await self._load_locked(session_id, commit=True)
+            header = self._headers[session_id]
+            first = self._cursors[session_id]
+            if batch[0].seq < first:  # a retry of a batch that landed and was taken up?
+                raw = await self._store.read_log(session_id, batch[0].seq)
+                scan = readable_scan(session_id, raw, batch[0].seq)
+                landed = held_prefix(scan, header, batch, creates=False)
+                batch = batch[landed:]
+                sizes = None if sizes is None else sizes[landed:]
+                if not batch:
+                    return
+        for offset, event in enumerate(batch):
+            if event.seq != first + offset:
+                raise SeqMismatchError(
+                    f"batch does not continue the stored log: expected seq "
+                    f"{first + offset} at index {offset}, got {event.seq}",
+                    session_id=session_id,
+                    seq=event.seq,
+                )
+        summary = self._summaries.get(session_id, SessionSummary())
+        if creates:
+            async with self._owning(session_id):
+                summary = await self._write_fitting(header, batch, first, True, summary, sizes)
+        else:
+            summary = await self._write_fitting(header, batch, first, False, summary, sizes)
+        if creates:
+            del self._created[session_id]
+            self._headers[session_id] = header
+        self._cursors[session_id] = first + len(batch)
+        self._summaries[session_id] = summary
 
     async def _write_fitting(
         self,
@@ -270,26 +290,29 @@ class SessionPersistence(SessionCatalog):
         (``ReadBackMismatchError``). An id live here or stored raises
         ``SessionExistsError``; this instance then holds the session, as after ``append``."""
         log = publishing.whole_log(header, events, self.event_types)
+        async with self._lock(header.id):
+            await uninterrupted(self._publish_locked(header, log))
+
+    async def _publish_locked(self, header: SessionHeader, log: Sequence[SessionEvent]) -> None:
         session_id = header.id
-        async with self._lock(session_id):
-            stored = await self._store.read_revision(session_id) is not None
-            if stored or self._in_use(session_id):
-                raise SessionExistsError("session already exists", session_id=session_id)
-            sizes = checked_sizes(self._store, session_id, log, None)
-            batches, summary = publishing.log_batches(
-                header, log, self._batch, sizes, self._store.max_batch_bytes
-            )
-            try:
-                async with self._owning(session_id):
-                    check = publishing.read_back(header, log)
-                    if not await self._store.write_log(batches, check):
-                        raise SessionExistsError("session already stored", session_id=session_id)
-            except ReadBackMismatchError as error:
-                error.published = await self._store.read_revision(session_id) is not None
-                raise
-            self._headers[session_id] = header
-            self._cursors[session_id] = len(log)
-            self._summaries[session_id] = summary
+        stored = await self._store.read_revision(session_id) is not None
+        if stored or self._in_use(session_id):
+            raise SessionExistsError("session already exists", session_id=session_id)
+        sizes = checked_sizes(self._store, session_id, log, None)
+        batches, summary = publishing.log_batches(
+            header, log, self._batch, sizes, self._store.max_batch_bytes
+        )
+        try:
+            async with self._owning(session_id):
+                check = publishing.read_back(header, log)
+                if not await self._store.write_log(batches, check):
+                    raise SessionExistsError("session already stored", session_id=session_id)
+        except ReadBackMismatchError as error:
+            error.published = await self._store.read_revision(session_id) is not None
+            raise
+        self._headers[session_id] = header
+        self._cursors[session_id] = len(log)
+        self._summaries[session_id] = summary
 
     async def _write(
         self,
@@ -337,7 +360,7 @@ class SessionPersistence(SessionCatalog):
     async def load(self, session_id: str) -> StoredSession:
         """Read and validate a stored session, committing its cold repair durably."""
         async with self._lock(session_id):
-            stored, _ = await self._load_locked(session_id, commit=True)
+            stored, _ = await uninterrupted(self._load_locked(session_id, commit=True))
             return stored
 
     async def inspect(self, session_id: str) -> StoredSession:
@@ -352,7 +375,9 @@ class SessionPersistence(SessionCatalog):
         """``load``, also returning the validated ``Session`` built on the way (with
         *hooks* and *clock*), so a ledger resuming it validates the log once."""
         async with self._lock(session_id):
-            return await self._load_locked(session_id, commit=True, hooks=hooks, clock=clock)
+            return await uninterrupted(
+                self._load_locked(session_id, commit=True, hooks=hooks, clock=clock)
+            )
 
     async def inspect_session(
         self, session_id: str, *, hooks: SessionHooks | None = None, clock: Clock | None = None
@@ -386,8 +411,12 @@ class SessionPersistence(SessionCatalog):
                 raise SessionNotFoundError("session not found", session_id=session_id)
             if dry_run:
                 return await self._salvage(session_id, dry_run=True)
-            async with self._owning(session_id):
-                return await self._salvage(session_id, dry_run=False)
+            # Begun, a salvage ends whole: cut, closers and indexes ("cancellation").
+            return await uninterrupted(self._salvage_owned(session_id))
+
+    async def _salvage_owned(self, session_id: str) -> SalvageReport:
+        async with self._owning(session_id):
+            return await self._salvage(session_id, dry_run=False)
 
     async def _salvage(self, session_id: str, *, dry_run: bool) -> SalvageReport:
         raw = await self._store.read_log(session_id)
@@ -452,17 +481,20 @@ class SessionPersistence(SessionCatalog):
         """Remove a session; an unknown id raises ``SessionNotFoundError``, and a session
         another writer holds ``SessionLockedError``."""
         async with self._lock(session_id):
-            if await self._store.read_revision(session_id) is not None:
-                await self._claim(session_id)
-            registered = self._created.pop(session_id, None) is not None
-            self._forget(session_id)
-            try:
-                deleted = await self._store.delete_log(session_id)
-            finally:
-                self._owned.discard(session_id)
-                await self._store.release(session_id)
-            if not deleted and not registered:
-                raise SessionNotFoundError("session not found", session_id=session_id)
+            await uninterrupted(self._delete_locked(session_id))  # begun, it ends whole
+
+    async def _delete_locked(self, session_id: str) -> None:
+        if await self._store.read_revision(session_id) is not None:
+            await self._claim(session_id)
+        registered = self._created.pop(session_id, None) is not None
+        self._forget(session_id)
+        try:
+            deleted = await self._store.delete_log(session_id)
+        finally:
+            self._owned.discard(session_id)
+            await self._store.release(session_id)
+        if not deleted and not registered:
+            raise SessionNotFoundError("session not found", session_id=session_id)
 
     async def release(self, session_id: str) -> None:
         """Forget *session_id* in this instance: its cursor, its claim as the session's
@@ -473,14 +505,14 @@ class SessionPersistence(SessionCatalog):
         async with self._lock(session_id):
             self._forget(session_id)
             self._owned.discard(session_id)
-            await self._store.release(session_id)
+            await uninterrupted(self._store.release(session_id))
 
     async def close(self) -> None:
         """Release the store; later calls do nothing."""
         if self._closed:
             return
         self._closed = True
-        await self._store.close()
+        await uninterrupted(self._store.close())  # begun, it ends: a retry does nothing
 
     # -- the cold load ------------------------------------------------------------------
 

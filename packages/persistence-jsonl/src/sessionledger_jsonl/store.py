@@ -14,11 +14,11 @@ All file I/O runs in worker threads; OSErrors are translated in one place (``_ru
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, final
 
+from sessionledger.cancellation import in_thread
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
 from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
@@ -99,22 +99,12 @@ class JsonlLogStore(LogStore):
     ) -> _T:
         """Run blocking *function* in a worker thread; translate OSErrors (the one place).
 
-        A cancelled caller still waits for the thread: the core releases its per-session
-        lock when the caller unwinds, and the next operation on the session must not
-        overlap the one still running.
+        A cancelled caller still waits for the thread (``in_thread``): the core releases
+        its per-session lock when the caller unwinds, and the next operation on the
+        session must not overlap the one still running.
         """
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, lambda: function(*args, **kwargs))
         try:
-            try:
-                return await asyncio.shield(future)
-            except asyncio.CancelledError:
-                while not future.done():
-                    try:
-                        await asyncio.wait([future])
-                    except asyncio.CancelledError:
-                        continue
-                raise
+            return await in_thread(function, *args, **kwargs)
         except OSError as error:
             translated = _files.translate_os_error(error, session_id)
             if translated is error:

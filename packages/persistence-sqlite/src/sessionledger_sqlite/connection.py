@@ -21,6 +21,7 @@ from typing import Final, Literal, final
 
 import aiosqlite
 
+from sessionledger.cancellation import uninterrupted
 from sessionledger.errors import ConfigError, LedgerError
 from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
@@ -51,6 +52,26 @@ def _abandon(db: aiosqlite.Connection, path: str) -> None:
         ResourceWarning,
         stacklevel=2,
     )
+
+
+async def _settle(db: aiosqlite.Connection) -> None:
+    """Leave *db* with nothing pending and no transaction open, even if cancelled again
+    meanwhile. The connection's worker runs what it is given in order, so a ROLLBACK
+    runs after every statement an interrupted body had queued (a cancelled await does
+    not unqueue it): once one returns, the next unit cannot join a transaction that was
+    left open. It is queued by the task that unwinds, at once, never by a new task (one
+    the loop's shutdown could cancel before it ran)."""
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            with contextlib.suppress(sqlite3.Error, ValueError):  # none open; or closed
+                await db.execute_fetchall("ROLLBACK")
+        except asyncio.CancelledError as error:
+            cancelled = error  # the ROLLBACK still runs: wait behind it for another
+            continue
+        break
+    if cancelled is not None:
+        raise cancelled
 
 
 @final
@@ -156,18 +177,19 @@ class StoreConnection:
         transaction; translate driver errors."""
         async with self._gate:
             try:
-                db = await self._connect_reader()
+                db = self._db if self._db is not None else self._reader
+                if db is None:
+                    db = await uninterrupted(self._connect_reader())
                 if db is None:
                     yield None
                     return
-                if db.in_transaction:
-                    await db.execute_fetchall("ROLLBACK")
-                await db.execute_fetchall("BEGIN")
                 try:
+                    if db.in_transaction:  # an earlier rollback itself failed
+                        await db.execute_fetchall("ROLLBACK")
+                    await db.execute_fetchall("BEGIN")
                     yield db
                 finally:
-                    with contextlib.suppress(sqlite3.Error):
-                        await db.execute_fetchall("ROLLBACK")
+                    await _settle(db)
             except (sqlite3.Error, OSError) as error:
                 raise self.translate(error, session_id) from error
 
@@ -175,33 +197,39 @@ class StoreConnection:
     async def writing(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
         """Lend the writing connection for the body (its statements commit one by one)
         and translate driver errors; a refused batch surfaces as ``Refused``."""
-        async with self._gate:
-            try:
-                db = await self._connect()
-                if db.in_transaction:  # an earlier rollback was itself interrupted
-                    await db.execute_fetchall("ROLLBACK")
-                yield db
-            except sqlite3.IntegrityError as error:
-                if schema.SEQ_MISMATCH in str(error):
-                    raise Refused from error
-                raise self.translate(error, session_id) from error
-            except (sqlite3.Error, OSError) as error:
-                raise self.translate(error, session_id) from error
+        async with self._lent(session_id) as db:
+            yield db
 
     @contextlib.asynccontextmanager
     async def transaction(
         self, begin: str, session_id: str | None = None
     ) -> AsyncIterator[aiosqlite.Connection]:
         """Run the body as one transaction (``begin`` is ``BEGIN`` or ``BEGIN IMMEDIATE``)."""
-        async with self.writing(session_id) as db:
+        async with self._lent(session_id) as db:
             await db.execute_fetchall(begin)
+            yield db
+            await db.execute_fetchall("COMMIT")
+
+    @contextlib.asynccontextmanager
+    async def _lent(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold the gate and lend the writing connection; whatever ends the body early (an
+        error, a cancelled await) is settled before the gate opens again."""
+        async with self._gate:
             try:
-                yield db
-                await db.execute_fetchall("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    await db.execute_fetchall("ROLLBACK")
-                raise
+                db = self._db if self._db is not None else await uninterrupted(self._connect())
+                try:
+                    if db.in_transaction:  # an earlier rollback itself failed
+                        await db.execute_fetchall("ROLLBACK")
+                    yield db
+                except BaseException:
+                    await _settle(db)
+                    raise
+            except sqlite3.IntegrityError as error:
+                if schema.SEQ_MISMATCH in str(error):
+                    raise Refused from error
+                raise self.translate(error, session_id) from error
+            except (sqlite3.Error, OSError) as error:
+                raise self.translate(error, session_id) from error
 
     def translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
         """The library's error for a driver or OS error (``failures.translate``)."""
@@ -210,13 +238,17 @@ class StoreConnection:
     async def close(self) -> None:
         """Close both connections; every later use is refused with ``ConfigError``."""
         async with self._gate:
-            self._shut = True
-            db, self._db = self._db, None
-            await self._close_reader()
-            if self._finalizer is not None:
-                self._finalizer.detach()
-            if db is not None:
-                try:
-                    await db.close()
-                except sqlite3.Error as error:
-                    raise self.translate(error, None) from error
+            await uninterrupted(self._close())
+
+    async def _close(self) -> None:
+        """``close`` under the gate: begun, it ends whole (a cancelled caller waits)."""
+        self._shut = True
+        db, self._db = self._db, None
+        await self._close_reader()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if db is not None:
+            try:
+                await db.close()
+            except sqlite3.Error as error:
+                raise self.translate(error, None) from error

@@ -11,7 +11,6 @@ changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import functools
 import hashlib
@@ -24,6 +23,7 @@ import aiosqlite
 
 from sessionledger import rows
 from sessionledger._failpoints import failpoint
+from sessionledger.cancellation import in_thread
 from sessionledger.claims import Claims
 from sessionledger.errors import ConfigError
 from sessionledger.events import SessionHeader
@@ -180,7 +180,7 @@ class SqliteLogStore(LogStore):
         if self._claims is None:
             return
         try:
-            await asyncio.to_thread(self._claim, self._claims, session_id)
+            await in_thread(self._claim, self._claims, session_id)  # a cancelled caller waits
         except OSError as error:
             raise self._connections.translate(error, session_id) from error
 
@@ -297,7 +297,7 @@ class SqliteLogStore(LogStore):
                     ]
                     if cut:
                         # Moved aside, durably, before the delete can commit.
-                        receipt = await asyncio.to_thread(self._quarantine, session_id, cut)
+                        receipt = await in_thread(self._quarantine, session_id, cut)
                     await db.execute_fetchall(
                         "DELETE FROM events WHERE session_id = ? AND seq >= ?",
                         (session_id, repair.cut_at),
