@@ -61,8 +61,8 @@ CHAINS: dict[str, list[tuple[str, signal.Signals]]] = {
         ("core.publish.verified", KILL),  # "small" durable in the temp file, read back
     ],
     "sqlite": [
-        ("sqlite.write.after-commit", KILL),  # "big" committed
-        ("sqlite.write.after-session-row", CTRL_C),  # "small": cancelled, rolled back
+        ("sqlite.write.after-session-row", CTRL_C),  # "big": its publication runs to the end
+        ("sqlite.write.after-session-row", KILL),  # "small": killed mid-transaction, rolled back
         ("core.publish.verified", KILL),  # "small" read back inside its transaction
     ],
     "postgresql": [
