@@ -131,16 +131,39 @@ async def test_close_flushes_every_session_and_is_idempotent() -> None:
         ledger.create("late")
 
 
-async def test_close_closes_the_store_even_when_a_flush_fails() -> None:
+async def test_a_failed_close_keeps_the_events_queued_and_the_next_close_writes_them() -> None:
     faulty = FaultyStore(MemoryLogStore())
-    faulty.before_write = lambda write: raise_(OSError(errno.ENOSPC, "disk full"))
+    full = {"kept"}  # the sessions whose writes fail
+
+    def disk_full(write: Any) -> None:
+        if write.header.id in full:
+            raise OSError(errno.ENOSPC, "disk full")
+
+    faulty.before_write = disk_full
     ledger = Ledger(persistence=SessionPersistence(faulty), load_entrypoints=False)
-    closed_turn(ledger.create("lost"), 1)
+    written, kept = ledger.create("written"), ledger.create("kept")
+    closed_turn(written, 1)
+    await ledger.flush(written)
+    closed_turn(kept, 1)
+    closed_turn(written, 2)
     with pytest.raises(OSError, match="disk full") as caught:
         await ledger.close()
-    assert any("'lost'" in note for note in caught.value.__notes__)
+    notes = caught.value.__notes__
+    assert len(notes) == 1
+    assert f"session 'kept': {len(kept.events)} committed events could not be written" in notes[0]
+    # The store stays open for the queued events; the written session is let go.
+    assert not faulty.closed
+    assert ledger.live_sessions() == [kept]
+    with pytest.raises(ConfigError, match="closed"):
+        ledger.create("late")
+    other = SessionPersistence(faulty)  # the same store, as another writer
+    assert (await other.load("written")).events == written.events
+    full.clear()
+    await ledger.close()  # the fault is gone: this close writes them
     assert faulty.closed
     assert ledger.live_sessions() == []
+    assert (await other.load("kept")).events == kept.events
+    await ledger.close()
 
 
 def raise_(error: BaseException) -> None:

@@ -22,36 +22,48 @@ __all__ = ["Durability", "SessionSink"]
 
 @final
 class SessionSink:
-    """Write one session's batches: register its header before the first one."""
+    """Write one session's batches as *owner* (its ledger): register its header before
+    the first one."""
 
-    __slots__ = ("_created", "_header", "_persistence")
+    __slots__ = ("_created", "_header", "_owner", "_persistence")
 
     def __init__(
-        self, persistence: SessionPersistence, header: SessionHeader, *, created: bool
+        self,
+        persistence: SessionPersistence,
+        header: SessionHeader,
+        *,
+        created: bool,
+        owner: object | None = None,
     ) -> None:
         self._persistence = persistence
         self._header = header
         self._created = created
+        self._owner = owner
 
     async def __call__(self, batch: list[SessionEvent]) -> None:
         if not self._created:
-            await self._persistence.create(self._header)
+            await self._persistence.create(self._header, owner=self._owner)
             self._created = True
-        await self._persistence.append(self._header.id, batch)
+        await self._persistence.append(self._header.id, batch, owner=self._owner)
 
 
 @final
 class Durability:
     """One ledger's write-behind for each of its live sessions, writing to *persistence*.
 
-    *delay* is the write-behind window in seconds (docs/durability.md, "write-behind").
+    *delay* is the write-behind window in seconds (docs/durability.md, "write-behind");
+    *owner* is the ledger the sessions are written for (docs/durability.md, "one writer
+    per session").
     """
 
-    __slots__ = ("_delay", "_persistence", "_writers")
+    __slots__ = ("_delay", "_owner", "_persistence", "_writers")
 
-    def __init__(self, persistence: SessionPersistence, *, delay: float) -> None:
+    def __init__(
+        self, persistence: SessionPersistence, *, delay: float, owner: object | None = None
+    ) -> None:
         self._persistence = persistence
         self._delay = delay
+        self._owner = owner
         self._writers: dict[Session, WriteBehind] = {}
 
     def attach(self, session: Session, *, stored_length: int | None) -> None:
@@ -59,7 +71,12 @@ class Durability:
         it for a new session, or what follows the *stored_length* events it was loaded
         with); its later events arrive through ``record``."""
         writer = WriteBehind(
-            SessionSink(self._persistence, session.header, created=stored_length is not None),
+            SessionSink(
+                self._persistence,
+                session.header,
+                created=stored_length is not None,
+                owner=self._owner,
+            ),
             delay=self._delay,
             label=session.id,
         )

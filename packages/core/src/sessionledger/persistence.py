@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sessionledger._failpoints import failpoint
@@ -45,6 +44,7 @@ from sessionledger.listing import (
     SessionInfo,
 )
 from sessionledger.logstore import Batch, LogStore, Repair, RepairReceipt, collector_paused
+from sessionledger.owners import Owners
 from sessionledger.refusals import held_prefix, readable_scan, refusal
 from sessionledger.registry import EventTypeRegistry
 from sessionledger.repair import interrupted_turn_closers
@@ -87,6 +87,9 @@ class SessionPersistence(SessionCatalog):
     Operations on one session id are serialized within the process. *event_types* is
     the registry the read path accepts (default: the core vocabulary plus entry-point
     plugins).
+
+    Each session has one writer: the ``owner`` a writing call names (a ``Ledger`` names
+    itself; default: this object); any other is refused (docs/durability.md).
     """
 
     def __init__(self, store: LogStore, *, event_types: EventTypeRegistry | None = None) -> None:
@@ -99,7 +102,8 @@ class SessionPersistence(SessionCatalog):
         self._cursors: dict[str, int] = {}  # the seq the next batch must start with
         self._headers: dict[str, SessionHeader] = {}  # stored headers, by id
         self._summaries: dict[str, SessionSummary] = {}  # of the logs this instance writes
-        self._owned: set[str] = set()  # sessions this instance holds as their one writer
+        # Who writes each session: this instance's store claims, and their owners.
+        self._owners = Owners(store, self, self._created)
         self._closed = False
 
     @property
@@ -134,21 +138,10 @@ class SessionPersistence(SessionCatalog):
         """Return where this session's artifact lives (a path), if the store has one."""
         return self._store.locate(header)
 
-    @contextlib.asynccontextmanager
-    async def _owning(self, session_id: str) -> AsyncIterator[None]:
-        """Hold *session_id* as its one writer for the body and after it (docs/durability.md,
-        "one writer per session"); a claim made here is let go again when the body fails."""
-        fresh = session_id not in self._owned
-        if fresh:
-            await self._store.claim(session_id)
-            self._owned.add(session_id)
-        try:
-            yield
-        except BaseException:
-            if fresh:
-                self._owned.discard(session_id)
-                await self._store.release(session_id)
-            raise
+    def attach(self, owner: object) -> None:
+        """Count *owner* (a ledger's ``Owner``) among the users of this object:
+        ``close(owner=…)`` closes the store only when the last of them closes."""
+        self._owners.attach(owner)
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         lock = self._locks.get(session_id)
@@ -157,7 +150,7 @@ class SessionPersistence(SessionCatalog):
         return lock
 
     def _in_use(self, session_id: str) -> bool:
-        return session_id in self._owned or session_id in self._created
+        return session_id in self._owners.claimed or session_id in self._created
 
     def _forget(self, session_id: str) -> None:
         self._cursors.pop(session_id, None)
@@ -170,13 +163,15 @@ class SessionPersistence(SessionCatalog):
 
     # -- writing ----------------------------------------------------------------------
 
-    async def create(self, header: SessionHeader) -> None:
-        """Register *header*; nothing of the session is stored until the first non-empty
-        append (a store may still prepare its medium, such as a database schema)."""
+    async def create(self, header: SessionHeader, *, owner: object | None = None) -> None:
+        """Register *header* for *owner* (default: this object); nothing of the session is
+        stored until the first non-empty append (a store may still prepare its medium,
+        such as a database schema)."""
         if type(header) is not SessionHeader:
             raise HeaderError(f"create needs a SessionHeader, got {type(header).__qualname__}")
         session_id = header.id
         async with self._lock(session_id):
+            self._owners.holder(session_id)  # a collected owner's registration is dropped
             if session_id in self._created or session_id in self._cursors:
                 raise SessionExistsError("session already exists", session_id=session_id)
             if await self._store.read_revision(session_id) is not None:
@@ -186,24 +181,34 @@ class SessionPersistence(SessionCatalog):
                     session_id=session_id,
                 )
             self._created[session_id] = header
+            self._owners.hold(session_id, self._owners.writer(owner))
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent | Mapping[str, Any]],
+        *,
+        owner: object | None = None,
     ) -> None:
-        """Durably append a contiguous batch; return once it is durable."""
+        """Durably append a contiguous batch as *owner* (default: this object); return
+        once it is durable."""
+        writer = self._owners.writer(owner)
         batch = [
             item if type(item) is SessionEvent else SessionEvent.from_json(item) for item in events
         ]
         if not batch:
             return
         async with self._lock(session_id):
+            self._owners.refuse_others(session_id, writer)
             header = self._created.get(session_id)
             creates = header is not None
             if header is not None:
                 first = 0
             else:
                 if session_id not in self._cursors:
-                    await self._load_locked(session_id, commit=True)
+                    await self._load_locked(session_id, commit=True, owner=writer)
+                elif self._owners.holder(session_id) is None:  # its owner was collected
+                    self._owners.hold(session_id, writer)
                 header = self._headers[session_id]
                 first = self._cursors[session_id]
             for offset, event in enumerate(batch):
@@ -216,7 +221,7 @@ class SessionPersistence(SessionCatalog):
                     )
             summary = self._summaries.get(session_id, SessionSummary()).after(batch)
             if creates:
-                async with self._owning(session_id):
+                async with self._owners.owning(session_id, writer):
                     await self._write(header, batch, first=first, creates=True, summary=summary)
             else:
                 await self._write(header, batch, first=first, creates=False, summary=summary)
@@ -269,10 +274,13 @@ class SessionPersistence(SessionCatalog):
 
     # -- reading ----------------------------------------------------------------------
 
-    async def load(self, session_id: str) -> StoredSession:
-        """Read and validate a stored session, committing its cold repair durably."""
+    async def load(self, session_id: str, *, owner: object | None = None) -> StoredSession:
+        """Read and validate a stored session, committing its cold repair durably, as
+        *owner* (default: this object), who writes it from then on."""
         async with self._lock(session_id):
-            stored, _ = await self._load_locked(session_id, commit=True)
+            stored, _ = await self._load_locked(
+                session_id, commit=True, owner=self._owners.writer(owner)
+            )
             return stored
 
     async def inspect(self, session_id: str) -> StoredSession:
@@ -282,12 +290,23 @@ class SessionPersistence(SessionCatalog):
             return stored
 
     async def load_session(
-        self, session_id: str, *, hooks: SessionHooks | None = None, clock: Clock | None = None
+        self,
+        session_id: str,
+        *,
+        hooks: SessionHooks | None = None,
+        clock: Clock | None = None,
+        owner: object | None = None,
     ) -> tuple[StoredSession, Session]:
         """``load``, also returning the validated ``Session`` built on the way (with
         *hooks* and *clock*), so a ledger resuming it validates the log once."""
         async with self._lock(session_id):
-            return await self._load_locked(session_id, commit=True, hooks=hooks, clock=clock)
+            return await self._load_locked(
+                session_id,
+                commit=True,
+                hooks=hooks,
+                clock=clock,
+                owner=self._owners.writer(owner),
+            )
 
     async def inspect_session(
         self, session_id: str, *, hooks: SessionHooks | None = None, clock: Clock | None = None
@@ -310,7 +329,9 @@ class SessionPersistence(SessionCatalog):
             scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
             return [event for event in scan.events if event.seq >= from_seq]
 
-    async def salvage(self, session_id: str, *, dry_run: bool = False) -> SalvageReport:
+    async def salvage(
+        self, session_id: str, *, dry_run: bool = False, owner: object | None = None
+    ) -> SalvageReport:
         """Keep the longest intact prefix of a damaged log, move everything after it into
         quarantine, and close an interrupted turn (docs/durability.md). The only way past
         corruption, and never automatic: ``load`` refuses a damaged log instead. With
@@ -319,12 +340,13 @@ class SessionPersistence(SessionCatalog):
         async with self._lock(session_id):
             if await self._store.read_revision(session_id) is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
+            writer = self._owners.writer(owner)
             if dry_run:
-                return await self._salvage(session_id, dry_run=True)
-            async with self._owning(session_id):
-                return await self._salvage(session_id, dry_run=False)
+                return await self._salvage(session_id, writer, dry_run=True)
+            async with self._owners.owning(session_id, writer):
+                return await self._salvage(session_id, writer, dry_run=False)
 
-    async def _salvage(self, session_id: str, *, dry_run: bool) -> SalvageReport:
+    async def _salvage(self, session_id: str, owner: object, *, dry_run: bool) -> SalvageReport:
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
@@ -353,7 +375,7 @@ class SessionPersistence(SessionCatalog):
         closers = 0
         if not dry_run:
             self._cursors.pop(session_id, None)
-            stored, _ = await self._load_locked(session_id, commit=True)
+            stored, _ = await self._load_locked(session_id, commit=True, owner=owner)
             closers = len(stored.events) - kept
             # A salvage cuts inside the committed region, where summaries and indexes
             # were written: rebuild them from what the log now holds.
@@ -383,47 +405,64 @@ class SessionPersistence(SessionCatalog):
 
     # -- letting go ---------------------------------------------------------------------
 
-    async def delete(self, session_id: str) -> None:
-        """Remove a session; an unknown id raises ``SessionNotFoundError``, and a session
-        another writer holds ``SessionLockedError``."""
+    async def delete(self, session_id: str, *, owner: object | None = None) -> None:
+        """Remove a session as *owner* (default: this object); an unknown id raises
+        ``SessionNotFoundError``, and a session another writer holds
+        ``SessionLockedError``."""
+        writer = self._owners.writer(owner)
         async with self._lock(session_id):
+            self._owners.refuse_others(session_id, writer)
             if await self._store.read_revision(session_id) is not None:
-                await self._claim(session_id)
+                await self._owners.claim(session_id, writer)
             registered = self._created.pop(session_id, None) is not None
             self._forget(session_id)
             try:
                 deleted = await self._store.delete_log(session_id)
             finally:
-                self._owned.discard(session_id)
-                await self._store.release(session_id)
+                await self._owners.release(session_id)
             if not deleted and not registered:
                 raise SessionNotFoundError("session not found", session_id=session_id)
 
-    async def release(self, session_id: str) -> None:
+    async def release(self, session_id: str, *, owner: object | None = None) -> None:
         """Forget *session_id* in this instance: its cursor, its claim as the session's
         one writer, and whatever else the store holds for it. A long-running process calls
         this when it is done with a session; another instance may then take it, and the
         next use here reads storage again, as a new instance would. Nothing stored
-        changes."""
+        changes. A session another *owner* (default: this object) writes is left alone."""
         async with self._lock(session_id):
+            holder = self._owners.holder(session_id)
+            if holder is not None and holder is not self._owners.writer(owner):
+                return
             self._forget(session_id)
-            self._owned.discard(session_id)
-            await self._store.release(session_id)
+            self._created.pop(session_id, None)
+            await self._owners.release(session_id)
 
-    async def close(self) -> None:
-        """Release the store; later calls do nothing."""
+    async def close(self, *, owner: object | None = None) -> None:
+        """Release the store; once it is closed, later calls do nothing. Closing as an
+        attached *owner* (a ledger) lets go of that owner's sessions only, while another
+        attached owner still uses this object; the last one closes the store."""
+        if owner is not None and self._owners.detach(owner):
+            for session_id in self._owners.held_by(owner):
+                await self.release(session_id, owner=owner)
+            return
         if self._closed:
             return
-        self._closed = True
+        # Closed once the store is: the next call finishes a cancelled close.
         await self._store.close()
+        self._closed = True
+
+    def abandon(self, *, owner: object | None = None) -> None:
+        """Let go at once, writing nothing, when the event loop that served this object is
+        gone: claims, descriptors, connections, driver threads. As an attached *owner*,
+        like ``close``: only its sessions while another owner uses this object."""
+        if owner is not None and self._owners.detach(owner):
+            self._owners.forget(owner)
+            return
+        self._closed = True
+        self._owners.forget()
+        self._store.abandon()
 
     # -- the cold load ------------------------------------------------------------------
-
-    async def _claim(self, session_id: str) -> None:
-        """Become *session_id*'s one writer until release, delete or close."""
-        if session_id not in self._owned:
-            await self._store.claim(session_id)
-            self._owned.add(session_id)
 
     async def _load_locked(
         self,
@@ -432,16 +471,18 @@ class SessionPersistence(SessionCatalog):
         commit: bool,
         hooks: SessionHooks | None = None,
         clock: Clock | None = None,
+        owner: object | None = None,
     ) -> tuple[StoredSession, Session]:
         read = await self._read_validated(session_id, hooks, clock, going_live=commit)
         if not commit:
             return read.stored(read.scan.revision), read.session
-        if session_id in self._owned:
+        writer = self._owners.writer(owner)
+        if session_id in self._owners.claimed and self._owners.holder(session_id) is writer:
             return await self._go_live(read)
         # Going live: read and validated first, so a log that cannot go live (absent,
         # damaged, of unknown types) is refused having claimed and created nothing. Once
         # owned, read again only if another writer changed the log meanwhile.
-        async with self._owning(session_id):
+        async with self._owners.owning(session_id, writer):
             if await self._store.read_revision(session_id) != read.scan.revision:
                 read = await self._read_validated(session_id, hooks, clock, going_live=True)
             return await self._go_live(read)

@@ -139,6 +139,8 @@ class WriteBehind:
         write fails, every caller gets the sink's exception and the events stay pending.
         """
         barrier = self._barrier
+        if barrier is not None and barrier.done():
+            barrier = self._barrier = None  # cancelled before it ran (_settle_barrier)
         if barrier is None:
             if not self._pending and self._active is None:
                 return
@@ -149,7 +151,14 @@ class WriteBehind:
             self._barrier = barrier
             self._keep(barrier)
             barrier.add_done_callback(_consume_outcome)
+            barrier.add_done_callback(self._settle_barrier)
         await asyncio.shield(barrier)
+
+    def _settle_barrier(self, barrier: asyncio.Task[None]) -> None:
+        # A drain cancelled before its first step (its loop shutting down) never ran its
+        # own handler: the next flush starts a new one instead of awaiting it.
+        if self._barrier is barrier:
+            self._barrier = None
 
     async def aclose(self) -> None:
         """Refuse further events, then flush what is pending.

@@ -533,6 +533,15 @@ class PostgresLogStore(LogStore):
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pool.terminate()
 
+    def abandon(self) -> None:
+        """Drop the claim connection at once: its loop is gone, so asyncpg cannot finish
+        closing it, but the server is told, and lets go of the claims."""
+        self._shut, conn, self._lock_conn = True, self._lock_conn, None
+        self._held.clear()
+        with contextlib.suppress(RuntimeError, OSError, asyncpg.InterfaceError):
+            if conn is not None:
+                conn.terminate()
+
 
 class _Refused(Exception):
     """The closers of a repair did not continue the log: roll the repair back."""
