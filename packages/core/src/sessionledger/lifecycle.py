@@ -11,7 +11,17 @@ from typing import Any, final
 
 from sessionledger.errors import ConfigError
 
-__all__ = ["Closing", "LoopBinding", "count_events", "note_unwritten"]
+__all__ = ["Closing", "LoopBinding", "cancelled_under_caller", "count_events", "note_unwritten"]
+
+
+def cancelled_under_caller(task: asyncio.Task[Any]) -> bool:
+    """Tell whether *task*, which the current task awaited, was cancelled (its loop
+    shutting down cancels every task) while the current task was not: the work is then
+    started again rather than reported as a cancellation nobody asked this caller for."""
+    caller = asyncio.current_task()
+    return (
+        task.cancelled() and task.cancelling() > 0 and (caller is None or caller.cancelling() == 0)
+    )
 
 
 @final
@@ -82,10 +92,8 @@ class Closing:
                 await asyncio.shield(task)
                 return
             except asyncio.CancelledError:
-                caller = asyncio.current_task()
-                if not task.cancelled() or (caller is not None and caller.cancelling()):
+                if not cancelled_under_caller(task):
                     raise
-                # The run itself was cancelled, this caller was not: run it again.
 
     async def _run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         await work()
