@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import contextlib
+import gc
 import inspect
 import itertools
 import os
@@ -314,6 +315,20 @@ async def test_two_ledgers_on_one_backend_object_are_two_writers(backends: Backe
     await first.close()
     stored = await backends().load(SESSION)
     assert as_json(stored.events) == as_json(session.events)
+    # A ledger dropped with its sessions lets another on the same backend object take them.
+    backend = backends()
+    dropped = Ledger(persistence=backend)
+    await dropped.flush(closed_turn_of(dropped.create("dropped")))
+    del dropped
+    gc.collect()
+    taker = Ledger(persistence=backend)
+    assert (await taker.resume("dropped")).seq > 0
+    await taker.close()
+
+
+def closed_turn_of(session: Session) -> Session:
+    closed_turn(session, 1)
+    return session
 
 
 class CancelAtStep:

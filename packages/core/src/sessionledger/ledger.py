@@ -537,7 +537,8 @@ class Ledger:
     def _close_elsewhere(self) -> None:
         """``close()`` from a loop this ledger does not serve: let go of everything at
         once (claims, descriptors, connections, threads) and name what was not written."""
-        if self._loop.loop is not None and self._loop.loop.is_running():
+        assert self._loop.loop is not None
+        if self._loop.loop.is_running():
             raise ConfigError(
                 "close() was called from an event loop this ledger does not serve, while "
                 "its own loop is running: close it there (asyncio.run_coroutine_threadsafe)"

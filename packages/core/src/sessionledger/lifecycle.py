@@ -5,7 +5,6 @@ turn into a no-op (docs/durability.md, "closing" and "one event loop per ledger"
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, final
 
@@ -52,12 +51,14 @@ class LoopBinding:
 
     def serve_if_running(self) -> None:
         """``serve`` when a loop runs (a synchronous call may come before any loop)."""
-        with contextlib.suppress(RuntimeError):
+        try:
             asyncio.get_running_loop()
-            self.serve()
+        except RuntimeError:
+            return
+        self.serve()
 
     def elsewhere(self) -> bool:
-        """Tell whether the running loop is not the one served (which is then set)."""
+        """Tell whether this binding serves a loop, and the running one is another."""
         return self.loop is not None and self.loop is not asyncio.get_running_loop()
 
 
