@@ -829,10 +829,6 @@ async def test_a_cancelled_backend_close_finishes_when_called_again(
     assert failures == [], "\n".join(failures[:40])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h6 (issue 38, item 6): a cancelled Ledger.close() turns the retry into a no-op",
-)
 async def test_a_cancelled_ledger_close_finishes_when_called_again(
     make_store: Callable[[], SessionPersistence],
 ) -> None:

@@ -132,6 +132,9 @@ async def test_a_ledger_resumes_the_plugin_events_it_accepted(
     await ledger.release(session)
     assert ledger.persistence is not None
     assert (await ledger.persistence.load("planned")).events == accepted
+    # That direct load made the backend object itself the session's writer (one writer
+    # per ledger, docs/durability.md): it lets go before the ledger takes it back.
+    await ledger.persistence.release("planned")
     resumed = await ledger.resume("planned")
     assert_resumes(resumed.events, accepted)
     resumed.append("plan/update", {"steps": ["more"]})

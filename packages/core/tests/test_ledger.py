@@ -131,16 +131,98 @@ async def test_close_flushes_every_session_and_is_idempotent() -> None:
         ledger.create("late")
 
 
-async def test_close_closes_the_store_even_when_a_flush_fails() -> None:
+async def test_a_failed_close_keeps_the_events_queued_and_the_next_close_writes_them() -> None:
     faulty = FaultyStore(MemoryLogStore())
-    faulty.before_write = lambda write: raise_(OSError(errno.ENOSPC, "disk full"))
+    full = {"kept"}  # the sessions whose writes fail
+
+    def disk_full(write: Any) -> None:
+        if write.header.id in full:
+            raise OSError(errno.ENOSPC, "disk full")
+
+    faulty.before_write = disk_full
     ledger = Ledger(persistence=SessionPersistence(faulty), load_entrypoints=False)
-    closed_turn(ledger.create("lost"), 1)
+    written, kept = ledger.create("written"), ledger.create("kept")
+    closed_turn(written, 1)
+    await ledger.flush(written)
+    closed_turn(kept, 1)
+    closed_turn(written, 2)
     with pytest.raises(OSError, match="disk full") as caught:
         await ledger.close()
-    assert any("'lost'" in note for note in caught.value.__notes__)
+    notes = caught.value.__notes__
+    assert len(notes) == 1
+    assert f"session 'kept': {len(kept.events)} committed events could not be written" in notes[0]
+    # The store stays open for the queued events; the written session is let go.
+    assert not faulty.closed
+    assert ledger.live_sessions() == [kept]
+    with pytest.raises(ConfigError, match="closed"):
+        ledger.create("late")
+    other = SessionPersistence(faulty)  # the same store, as another writer
+    assert (await other.load("written")).events == written.events
+    full.clear()
+    await ledger.close()  # the fault is gone: this close writes them
     assert faulty.closed
     assert ledger.live_sessions() == []
+    assert (await other.load("kept")).events == kept.events
+    await ledger.close()
+
+
+async def test_a_cancelled_close_goes_on_and_concurrent_closes_share_it() -> None:
+    store: MemoryStore = {}
+    ledger = memory_ledger(store)
+    sessions = [ledger.create(f"s{index}") for index in range(3)]
+    for session in sessions:
+        closed_turn(session, 1)
+    first, second = asyncio.create_task(ledger.close()), asyncio.create_task(ledger.close())
+    await asyncio.sleep(0)
+    first.cancel()
+    await second  # returns only once the shared closing is done
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert ledger.live_sessions() == []
+    for session in sessions:
+        assert (await MemoryPersistence(store=store).load(session.id)).events == session.events
+    # A caller cancelled alone does not stop the closing either.
+    alone = memory_ledger(store)
+    closed_turn(alone.create("alone"), 1)
+    cancelled = asyncio.create_task(alone.close())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    for _ in range(100):
+        if not alone.live_sessions():
+            break
+        await asyncio.sleep(0)
+    assert alone.live_sessions() == []
+    assert "alone" in store
+
+
+async def test_a_store_close_cancelled_part_way_is_finished_by_the_next_close() -> None:
+    # The loop shutting down cancels every task, the closing's own too, while the store is
+    # closing: the next close() closes it, and lets go of its claims.
+    entered, gate = asyncio.Event(), asyncio.Event()
+    store: MemoryStore = {}
+
+    class GatedClose(FaultyStore):
+        async def close(self) -> None:
+            entered.set()
+            await gate.wait()
+            await super().close()
+
+    gated = GatedClose(MemoryLogStore(store))
+    ledger = Ledger(persistence=SessionPersistence(gated), load_entrypoints=False)
+    session = ledger.create("gated")
+    closed_turn(session, 1)
+    closing = asyncio.create_task(ledger.close())
+    await asyncio.wait_for(entered.wait(), 10)  # the closing waits inside the store's close
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+    await asyncio.wait([closing])
+    assert not gated.closed
+    gate.set()
+    await ledger.close()
+    assert gated.closed
+    assert (await MemoryPersistence(store=store).load("gated")).events == session.events
 
 
 def raise_(error: BaseException) -> None:

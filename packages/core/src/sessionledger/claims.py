@@ -6,7 +6,11 @@ A claim is an open-file-description lock (``F_OFD_SETLK``) on one byte of a stor
 file, at an offset derived from the session id. Every claim of one store object shares
 one descriptor, so a process can hold thousands of sessions live; another store object,
 in this process or another, conflicts with it; and the kernel drops it when the process
-dies, even by SIGKILL, so a dead holder never needs a timeout to be waited out. Beside
+dies, even by SIGKILL, so a dead holder never needs a timeout to be waited out. A child
+the process forks shares that descriptor's open file description, and with it the locks,
+so every child closes its copies at once (without unlocking: that would unlock the
+parent's): a worker that outlives a killed writer keeps nothing alive. An ``exec`` never
+inherits the descriptor (``O_CLOEXEC``). Beside
 the lock file a directory keeps one small note per claim naming its holder (host, pid,
 since): a refusal can then say who holds the session. A note is advice for messages,
 never trusted for the lock itself. The JSONL and SQLite stores use this.
@@ -54,6 +58,19 @@ def _lock_byte(fd: int, offset: int, kind: int) -> bool:
     return True
 
 
+#: Every ``Claims`` of this process, for the fork handler below.
+_EVERY: weakref.WeakSet[Claims] = weakref.WeakSet()
+
+
+def _drop_inherited_claims() -> None:
+    """Run in each forked child: close its copies of the claim descriptors."""
+    for claims in list(_EVERY):
+        claims._drop_inherited()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_claims)
+
+
 class Claims:
     """The writer claims of one store object.
 
@@ -72,6 +89,7 @@ class Claims:
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], Claims] | None = None
         self._held: set[str] = set()
+        _EVERY.add(self)
 
     def holds(self, session_id: str) -> bool:
         """Tell whether this store object holds *session_id*."""
@@ -120,6 +138,18 @@ class Claims:
             # as a process that ends does.
             self._closer = weakref.finalize(self, os.close, fd)
         return self._fd
+
+    def _drop_inherited(self) -> None:
+        # In a forked child: this copy of the descriptor shares the parent's locks, so it
+        # is closed, never unlocked, and the child holds nothing.
+        if self._closer is not None:
+            self._closer.detach()
+            self._closer = None
+        fd, self._fd = self._fd, None
+        self._held.clear()
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _close_descriptor(self) -> None:
         if self._closer is not None:

@@ -33,22 +33,29 @@ _NOT_WRITTEN: Final = -1
 
 @final
 class SessionSink:
-    """Write one session's batches: register its header before the first one."""
+    """Write one session's batches as *owner* (its ledger): register its header before
+    the first one."""
 
-    __slots__ = ("_created", "_header", "_persistence")
+    __slots__ = ("_created", "_header", "_owner", "_persistence")
 
     def __init__(
-        self, persistence: SessionPersistence, header: SessionHeader, *, created: bool
+        self,
+        persistence: SessionPersistence,
+        header: SessionHeader,
+        *,
+        created: bool,
+        owner: object | None = None,
     ) -> None:
         self._persistence = persistence
         self._header = header
         self._created = created
+        self._owner = owner
 
     async def __call__(self, batch: list[SessionEvent], sizes: list[int]) -> None:
         if not self._created:
-            await self._persistence.create(self._header)
+            await self._persistence.create(self._header, owner=self._owner)
             self._created = True
-        await self._persistence.append(self._header.id, batch, sizes=sizes)
+        await self._persistence.append(self._header.id, batch, sizes=sizes, owner=self._owner)
 
 
 @final
@@ -57,7 +64,8 @@ class Durability:
 
     *delay* is the write-behind window in seconds (docs/durability.md, "write-behind");
     *max_pending_bytes* bounds what all sessions together hold unwritten ("limits and the
-    backlog").
+    backlog"); *owner* is the ledger the sessions are written for ("one writer per
+    session").
     """
 
     __slots__ = (
@@ -65,17 +73,24 @@ class Durability:
         "_limits",
         "_max_pending",
         "_measured",
+        "_owner",
         "_persistence",
         "_tally",
         "_writers",
     )
 
     def __init__(
-        self, persistence: SessionPersistence, *, delay: float, max_pending_bytes: int
+        self,
+        persistence: SessionPersistence,
+        *,
+        delay: float,
+        max_pending_bytes: int,
+        owner: object | None = None,
     ) -> None:
         self._persistence = persistence
         self._delay = delay
         self._max_pending = max_pending_bytes
+        self._owner = owner
         self._writers: dict[Session, WriteBehind] = {}
         self._limits: dict[Session, int | None] = {}  # each session's largest event
         self._tally = Tally()
@@ -95,7 +110,12 @@ class Durability:
             if limit is not None and size > limit:
                 raise too_large(session.id, event.seq, size, limit, store.scheme)
         writer = WriteBehind(
-            SessionSink(self._persistence, session.header, created=stored_length is not None),
+            SessionSink(
+                self._persistence,
+                session.header,
+                created=stored_length is not None,
+                owner=self._owner,
+            ),
             delay=self._delay,
             label=session.id,
             max_batch_bytes=store.max_batch_bytes,

@@ -10,10 +10,9 @@ import uuid
 import warnings
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, final
 
-from sessionledger import memory
-from sessionledger._plugins import PluginSet, make_plugin_manager
+from sessionledger._plugins import PluginSet
 from sessionledger.cancellation import uninterrupted
 from sessionledger.durability import Durability
 from sessionledger.errors import (
@@ -24,53 +23,19 @@ from sessionledger.errors import (
     SessionNotFoundError,
 )
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.forking import fork_seed
+from sessionledger.lifecycle import Closing, LoopBinding, note_unwritten
 from sessionledger.limits import DEFAULT_MAX_PENDING_BYTES, Backlog
 from sessionledger.listing import SessionListing, SessionPage, SessionQuery, make_query
+from sessionledger.opening import open_store, open_with, plugin_set
+from sessionledger.owners import Owner
 from sessionledger.persistence import ReindexReport, SessionPersistence
 from sessionledger.retention import PrunePlan
 from sessionledger.searching import SearchHit
 from sessionledger.session import Clock, Session, SessionHooks, system_clock
 from sessionledger.snapshot import is_safe_int
-from sessionledger.vocabulary import TURN_END, TURN_START
 
 __all__ = ["Ledger", "open_store"]
-
-#: The core's own plugins besides its vocabulary: the ``memory:`` backend.
-_BUILTINS: Final = (memory,)
-
-
-def _plugin_set(plugins: Iterable[object], *, load_entrypoints: bool) -> PluginSet:
-    return PluginSet(
-        make_plugin_manager(plugins, load_entrypoints=load_entrypoints, builtins=_BUILTINS)
-    )
-
-
-def _scheme(url: str) -> str:
-    scheme, colon, _ = url.partition(":")
-    if not colon or not scheme:
-        raise ConfigError(f"store URL {url!r} has no scheme (expected e.g. 'sqlite:ledger.db')")
-    return scheme
-
-
-def _open_with(plugins: PluginSet, url: str) -> SessionPersistence:
-    if type(url) is not str:
-        raise ConfigError(f"store URL must be a string, got {type(url).__qualname__}")
-    factories = plugins.backends()
-    scheme = _scheme(url)
-    factory = factories.get(scheme)
-    if factory is None:
-        known = ", ".join(f"{name}:" for name in sorted(factories)) or "none"
-        raise ConfigError(f"no backend serves {scheme}: URLs (registered schemes: {known})")
-    return factory(url, event_types=plugins.event_types)
-
-
-def open_store(
-    url: str, *, plugins: Iterable[object] = (), load_entrypoints: bool = True
-) -> SessionPersistence:
-    """Return the backend serving *url* (``memory:``, ``jsonl:DIR``, ``sqlite:PATH``…),
-    resolved through the ``ledger_backends`` hook. Unknown scheme → ``ConfigError``.
-    """
-    return _open_with(_plugin_set(plugins, load_entrypoints=load_entrypoints), url)
 
 
 @final
@@ -80,7 +45,8 @@ class Ledger:
     One live ``Session`` object per id. Committed events reach the store through a
     write-behind window (default 200 ms); ``await ledger.flush(session)`` is the
     durability checkpoint. ``Ledger()`` without persistence keeps sessions in memory.
-    Use it as an async context manager (or call ``close()``).
+    Use it as an async context manager (or call ``close()``). A ledger serves one event
+    loop, the one it is first used on (docs/durability.md, "one event loop per ledger").
     """
 
     def __init__(
@@ -103,9 +69,9 @@ class Ledger:
                 f"max_pending_bytes must be a positive integer, got {max_pending_bytes!r}"
             )
         self._live: dict[str, Session] = {}
-        self._plugins = _plugin_set(plugins, load_entrypoints=load_entrypoints)
+        self._plugins = plugin_set(plugins, load_entrypoints=load_entrypoints)
         if _url is not None:
-            persistence = _open_with(self._plugins, _url)
+            persistence = open_with(self._plugins, _url)
         elif persistence is not None:
             if not isinstance(persistence, SessionPersistence):
                 raise ConfigError(
@@ -119,9 +85,16 @@ class Ledger:
         self._persistence = persistence
         self._hooks = self._plugins.session_hooks
         self._durability: Durability | None = None
+        # This ledger is the one writer of its sessions, also beside other ledgers on the
+        # same backend object (docs/durability.md, "one writer per session").
+        self._owner = Owner()
         if persistence is not None:
+            persistence.attach(self._owner)
             self._durability = Durability(
-                persistence, delay=write_delay_ms / 1000, max_pending_bytes=max_pending_bytes
+                persistence,
+                delay=write_delay_ms / 1000,
+                max_pending_bytes=max_pending_bytes,
+                owner=self._owner,
             )
             self._hooks = dataclasses.replace(
                 self._hooks,
@@ -129,7 +102,9 @@ class Ledger:
                 admission=self._durability.admit,
             )
         self._clock = clock or system_clock
-        self._closed = False
+        self._loop = LoopBinding()  # the event loop this ledger serves
+        self._closed = False  # closing started: no new sessions
+        self._closing = Closing()
 
     @classmethod
     def open(
@@ -156,9 +131,11 @@ class Ledger:
         return self._opened().__await__()
 
     async def _opened(self) -> Ledger:
+        self._loop.serve()
         return self
 
     async def __aenter__(self) -> Ledger:
+        self._loop.serve()
         return self
 
     async def __aexit__(
@@ -203,6 +180,7 @@ class Ledger:
         """Create a live session. A live id raises ``SessionExistsError`` now; a stored id
         raises it at the latest from the first flush (``resume_or_create`` takes either)."""
         self._check_open()
+        self._loop.serve_if_running()
         if id is not None and id in self._live:
             raise SessionExistsError("session already exists", session_id=id)
         header = SessionHeader(
@@ -227,6 +205,7 @@ class Ledger:
     async def flush(self, session: Session) -> None:
         """Make everything *session* committed so far durable; a failed write raises and
         its events stay queued, in order, for the next flush."""
+        self._loop.serve()
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
         await self._flush(session)
@@ -246,6 +225,7 @@ class Ledger:
         """Return the live session *id*, or load it cold (validate, repair durably) and
         make it live."""
         self._check_open()
+        self._loop.serve()
         live = self._live.get(id)
         if live is not None:
             return live
@@ -255,7 +235,9 @@ class Ledger:
         return await uninterrupted(self._resume_stored(persistence, id))
 
     async def _resume_stored(self, persistence: SessionPersistence, id: str) -> Session:
-        stored, session = await persistence.load_session(id, hooks=self._hooks, clock=self._clock)
+        stored, session = await persistence.load_session(
+            id, hooks=self._hooks, clock=self._clock, owner=self._owner
+        )
         live = self._live.get(id)
         if live is not None:  # resumed concurrently while we were loading
             return live
@@ -278,6 +260,7 @@ class Ledger:
         session only; a stored session keeps the header it was created with.
         """
         self._check_open()
+        self._loop.serve()
         live = self._live.get(id)
         if live is not None:
             return live
@@ -294,6 +277,7 @@ class Ledger:
     async def inspect(self, id: str) -> Session:
         """Return a detached session for *id*: a copy of the live one, or the stored log
         with crash repair applied in memory only. Nothing done to it is durable."""
+        self._loop.serve()
         live = self._live.get(id)
         if live is not None:
             return Session.restore(live.header, live.event_log(), clock=self._clock)
@@ -312,6 +296,7 @@ class Ledger:
         """Start a live session from the events ``0..boundary`` (inclusive; default: all)
         of a live or stored session. The child's header names its parent."""
         self._check_open()
+        self._loop.serve()
         if child_id is not None:
             if child_id in self._live:
                 raise ForkError(
@@ -325,28 +310,7 @@ class Ledger:
                     "fork child already exists", code="SESSION_ALREADY_EXISTS", session_id=child_id
                 )
         header, events = await self._fork_source(source)
-        if boundary is None:
-            seed: Sequence[SessionEvent] = events
-        else:
-            if not is_safe_int(boundary) or not 0 <= boundary < len(events):
-                raise ForkError(
-                    f"fork boundary {boundary!r} is not a seq of the source "
-                    f"(last seq: {len(events) - 1 if events else 'none'})",
-                    code="INVALID_BOUNDARY",
-                    session_id=header.id,
-                )
-            seed = events[: boundary + 1]
-        for event in reversed(seed):
-            if event.type == TURN_END:
-                break
-            if event.type == TURN_START:
-                raise ForkError(
-                    f"fork boundary {seed[-1].seq} ends inside open turn "
-                    f"{event.data.get('turn') if isinstance(event.data, Mapping) else '?'}",
-                    code="OPEN_TURN",
-                    session_id=header.id,
-                    seq=seed[-1].seq,
-                )
+        seed = fork_seed(header, events, boundary)
         child_header = SessionHeader(
             id=child_id if child_id is not None else str(uuid.uuid4()),
             created_at=self._clock(),
@@ -409,6 +373,7 @@ class Ledger:
         return SessionListing(self._page, query)
 
     async def _page(self, query: SessionQuery) -> SessionPage:
+        self._loop.serve()
         if self._persistence is None:
             return SessionPage((), None)
         return await self._persistence.list_sessions(query)
@@ -424,6 +389,7 @@ class Ledger:
         """Return the stored message events whose text holds every word of *text*, newest
         first (docs/listing.md, "search"); at most *limit*, of one *session* or of
         *types* when given. Flushed events only."""
+        self._loop.serve()
         if self._persistence is None:
             return []
         return await self._persistence.search(text, limit=limit, session=session, types=types)
@@ -443,6 +409,7 @@ class Ledger:
         prune in the store's audit log (docs/listing.md, "retention"). Sessions live in
         this ledger are never deleted."""
         self._check_open()
+        self._loop.serve()
         if self._persistence is None:
             raise ConfigError("this ledger has no store to prune")
         return await self._persistence.prune(
@@ -451,6 +418,7 @@ class Ledger:
 
     async def audit(self) -> list[Mapping[str, Any]]:
         """Return the store's audit log (every executed prune), oldest record first."""
+        self._loop.serve()
         if self._persistence is None:
             return []
         return await self._persistence.audit()
@@ -459,6 +427,7 @@ class Ledger:
         """Rebuild the stored summaries and search index of one session, or of all, from
         their events."""
         self._check_open()
+        self._loop.serve()
         if self._persistence is None:
             return ReindexReport(0)
         return await self._persistence.reindex(id)
@@ -467,6 +436,7 @@ class Ledger:
         """Delete a session: drop it from the live set (unflushed events are discarded)
         and remove it from the store."""
         self._check_open()
+        self._loop.serve()
         session = self._live.get(id)
         if session is not None:
             self._retire(session)
@@ -477,7 +447,7 @@ class Ledger:
         try:
             # The session has left the live set: the deletion ends whole even if the
             # caller is cancelled (docs/durability.md, "cancellation").
-            await uninterrupted(self._persistence.delete(id))
+            await uninterrupted(self._persistence.delete(id, owner=self._owner))
         except SessionNotFoundError:
             if session is None:
                 raise
@@ -488,54 +458,91 @@ class Ledger:
         object is detached — later appends to it are neither checked nor stored. A
         long-running process calls this when a conversation goes idle; ``resume(id)``
         brings it back. A failed flush raises and leaves the session live."""
+        self._loop.serve()
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
         await self._flush(session)
         self._retire(session)
         if self._persistence is not None:
-            await uninterrupted(self._persistence.release(session.id))
+            await uninterrupted(self._persistence.release(session.id, owner=self._owner))
 
     async def close(self) -> None:
-        """Flush every live session, then close the store. Idempotent.
+        """Flush every live session, then close the store; idempotent, and a cancelled
+        or failed close is finished by the next call (docs/durability.md, "closing").
 
-        The ledger is closed even when a flush fails (a half-closed ledger would keep the
-        backend's threads and files alive): the first failure is raised afterwards, with
-        a note naming each session whose events could not be written. Those events are
-        lost; the stored prefix stays valid and is repaired on the next cold load. Call
-        ``flush`` first where a failed write must be retried.
+        A session whose events cannot be written stays live with its events queued, its
+        claim and the store held: the first failure is raised with a note naming each
+        such session. From a loop this ledger does not serve, nothing is written: all is
+        let go at once, and ``ConfigError`` names each session with unwritten events.
         """
-        if self._closed:
+        if self._closing.done:
             return
+        if self._loop.elsewhere():
+            self._close_elsewhere()
+            return
+        self._loop.serve()
         self._closed = True
-        failures: list[tuple[Session, int, Exception]] = []
+        await self._closing(self._close_all)
+
+    async def _close_all(self) -> None:
+        failures: list[tuple[str, int, BaseException]] = []
+        written: list[str] = []
         for session in list(self._live.values()):
             try:
                 await self._flush(session)
             except Exception as error:
-                pending = 0 if self._durability is None else self._durability.pending(session)
-                failures.append((session, pending, error))
+                failures.append((session.id, self._pending(session), error))
+                continue
+            if self._live.get(session.id) is session:  # not released meanwhile
+                self._retire(session)  # at once: no await lets an event in unwritten
+                written.append(session.id)
+        if self._persistence is not None:
+            if not failures:
+                await self._persistence.close(owner=self._owner)
+            for session_id in written if failures else ():
+                await self._persistence.release(session_id, owner=self._owner)
+        if failures:
+            first = failures[0][2]
+            note_unwritten(
+                first,
+                failures,
+                "could not be written; they stay queued, and close() again retries them",
+            )
+            raise first
+
+    def _close_elsewhere(self) -> None:
+        """``close()`` from a loop this ledger does not serve: let go of everything at
+        once (claims, descriptors, connections, threads) and name what was not written."""
+        assert self._loop.loop is not None
+        if self._loop.loop.is_running():
+            raise ConfigError(
+                "close() was called from an event loop this ledger does not serve, while "
+                "its own loop is running: close it there (asyncio.run_coroutine_threadsafe)"
+            )
+        self._closed = True
+        lost = [(s.id, self._pending(s)) for s in self._live.values() if self._pending(s)]
         for session in list(self._live.values()):
             self._retire(session)
         if self._persistence is not None:
-            await self._persistence.close()
-        if failures:
-            # One error, naming every session whose events are lost (docs/durability.md,
-            # "write-behind").
-            first = failures[0][2]
-            for session, pending, failure in failures:
-                cause = "" if failure is first else f" ({type(failure).__name__}: {failure})"
-                events = "1 committed event" if pending == 1 else f"{pending} committed events"
-                first.add_note(
-                    f"session {session.id!r}: {events} could not be written before the "
-                    f"ledger closed{cause}"
-                )
-            raise first
+            self._persistence.abandon(owner=self._owner)
+        self._closing.done = True
+        if lost:
+            error = ConfigError(
+                "close() ran on an event loop this ledger does not serve, where nothing "
+                "can be written; its claims were let go and its store closed "
+                '(docs/durability.md, "one event loop per ledger")'
+            )
+            note_unwritten(error, [(id, count, error) for id, count in lost], "were not written")
+            raise error
 
     # -- plumbing -----------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError("this ledger is closed")
+
+    def _pending(self, session: Session) -> int:
+        return 0 if self._durability is None else self._durability.pending(session)
 
     def _require_store(self, id: str) -> SessionPersistence:
         if self._persistence is None:

@@ -390,6 +390,13 @@ class LogStore(ABC):
         nothing."""
         return None
 
+    def abandon(self) -> None:
+        """Let go of everything at once, without awaiting and writing nothing: the event
+        loop that served the store is gone (docs/durability.md, "one event loop per
+        ledger"). Claims, descriptors, connections and driver threads are released as far
+        as the medium can without that loop; later use may be refused."""
+        return None
+
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the medium has one."""
         return None

@@ -101,6 +101,9 @@ class MemoryLogStore(LogStore):
         self._claimed.add(session_id)
 
     async def release(self, session_id: str) -> None:
+        self._let_go(session_id)
+
+    def _let_go(self, session_id: str) -> None:
         self._claimed.discard(session_id)
         holders = _holders(self.storage)
         held = holders.get(session_id)
@@ -110,8 +113,11 @@ class MemoryLogStore(LogStore):
             _claims.pop(id(self.storage), None)
 
     async def close(self) -> None:
+        self.abandon()
+
+    def abandon(self) -> None:
         for session_id in list(self._claimed):
-            await self.release(session_id)
+            self._let_go(session_id)
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         stored = self.storage.get(session_id)

@@ -22,6 +22,7 @@ from typing import Protocol, final
 from sessionledger._failpoints import failpoint
 from sessionledger.errors import ConfigError, NotLiveError
 from sessionledger.events import SessionEvent
+from sessionledger.lifecycle import cancelled_under_caller
 from sessionledger.limits import batch_end
 
 __all__ = ["Scheduler", "Sink", "Tally", "TimerHandle", "WriteBehind"]
@@ -175,20 +176,40 @@ class WriteBehind:
         Concurrent callers share one drain. Cancelling one caller does not stop the drain for
         the others. A background write already in flight is awaited first; if it fails (it is
         logged as a background failure) its batch is written again by the drain. If a drain
-        write fails, every caller gets the sink's exception and the events stay pending.
+        write fails, every caller gets the sink's exception and the events stay pending. A
+        drain cancelled under a caller that was not (its loop shutting down) starts again.
         """
-        barrier = self._barrier
-        if barrier is None:
-            if not self._pending and self._active is None:
+        while True:
+            barrier = self._barrier
+            if barrier is not None and barrier.done():
+                barrier = self._barrier = None  # cancelled before it ran (_settle_barrier)
+            if barrier is None:
+                if not self._pending and self._active is None:
+                    return
+                barrier = self._start_drain()
+            try:
+                await asyncio.shield(barrier)
                 return
-            self._cancel_timer()
-            self._deadline_expired = False
-            self._paused = False
-            barrier = asyncio.get_running_loop().create_task(self._drain())
-            self._barrier = barrier
-            self._keep(barrier)
-            barrier.add_done_callback(_consume_outcome)
-        await asyncio.shield(barrier)
+            except asyncio.CancelledError:
+                if not cancelled_under_caller(barrier):
+                    raise
+
+    def _start_drain(self) -> asyncio.Task[None]:
+        self._cancel_timer()
+        self._deadline_expired = False
+        self._paused = False
+        barrier = asyncio.get_running_loop().create_task(self._drain())
+        self._barrier = barrier
+        self._keep(barrier)
+        barrier.add_done_callback(_consume_outcome)
+        barrier.add_done_callback(self._settle_barrier)
+        return barrier
+
+    def _settle_barrier(self, barrier: asyncio.Task[None]) -> None:
+        # A drain cancelled before its first step (its loop shutting down) never ran its
+        # own handler: the next flush starts a new one instead of awaiting it.
+        if self._barrier is barrier:
+            self._barrier = None
 
     async def aclose(self) -> None:
         """Refuse further events, then flush what is pending.

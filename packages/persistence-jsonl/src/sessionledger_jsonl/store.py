@@ -227,6 +227,9 @@ class JsonlLogStore(LogStore):
     async def close(self) -> None:
         self._writers.release_all()
 
+    def abandon(self) -> None:
+        self._writers.release_all()
+
 
 @final
 class JsonlPersistence(SessionPersistence):

@@ -201,6 +201,19 @@ class Claims:
             if not isinstance(error, Exception):
                 raise
 
+    def abandon(self) -> None:
+        """End the lock connection at once, writing nothing, when the event loop it belongs
+        to is gone: the server lets go of every claim with it."""
+        self._shut = True
+        self._recovery = None  # a task of the loop that is gone: nothing to cancel it on
+        conn, self._conn = self._conn, None
+        self._held.clear()
+        self._adrift.clear()
+        self._lapsed.clear()
+        if conn is not None:
+            with contextlib.suppress(Exception):  # e.g. the loop it belongs to has ended
+                conn.terminate()
+
     # -- under the gate ---------------------------------------------------------------------
 
     async def _take(self, session_id: str) -> bool:

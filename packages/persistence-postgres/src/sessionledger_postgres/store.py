@@ -454,6 +454,13 @@ class PostgresLogStore(LogStore):
             if not isinstance(error, Exception):
                 raise
 
+    def abandon(self) -> None:
+        """End the claim connection at once: its loop is gone, so asyncpg cannot finish
+        closing it, but the server is told, and lets go of the claims (the pool's
+        connections are left to the garbage collector)."""
+        self._shut = True
+        self._claims.abandon()
+
 
 class _Refused(Exception):
     """The closers of a repair did not continue the log: roll the repair back."""

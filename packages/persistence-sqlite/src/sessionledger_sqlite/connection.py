@@ -235,6 +235,19 @@ class StoreConnection:
         """The library's error for a driver or OS error (``failures.translate``)."""
         return failures.translate(error, self.path, self.busy_timeout, session_id)
 
+    def abandon(self) -> None:
+        """Stop both connections' threads without awaiting them (the loop they answered
+        is gone); every later use is refused with ``ConfigError``. Committed batches are
+        durable and transactions atomic, so stopping loses nothing acknowledged."""
+        self._shut = True
+        for db, finalizer in ((self._db, self._finalizer), (self._reader, self._reader_finalizer)):
+            if finalizer is not None:
+                finalizer.detach()
+            if db is not None:
+                db.stop()
+        self._db = self._reader = None
+        self._finalizer = self._reader_finalizer = None
+
     async def close(self) -> None:
         """Close both connections; every later use is refused with ``ConfigError``."""
         async with self._gate:

@@ -459,6 +459,11 @@ class SqliteLogStore(LogStore):
             self._claims.release_all()
         await self._connections.close()
 
+    def abandon(self) -> None:
+        if self._claims is not None:
+            self._claims.release_all()
+        self._connections.abandon()
+
 
 @final
 class SqlitePersistence(SessionPersistence):

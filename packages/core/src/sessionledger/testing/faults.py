@@ -92,5 +92,9 @@ class FaultyStore(LogStore):
         self.closed = True
         await self.inner.close()
 
+    def abandon(self) -> None:
+        self.closed = True
+        self.inner.abandon()
+
     def locate(self, header: SessionHeader) -> str | None:
         return self.inner.locate(header)
