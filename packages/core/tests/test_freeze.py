@@ -703,6 +703,35 @@ def test_an_integer_past_64_bits_in_any_field_the_compiled_decode_reads_is_taken
             assert scan_outcome(as_lines(records), common=True) == outcome, (field, number)
 
 
+def test_a_seq_past_64_bits_handed_to_a_compiled_loop_is_declined_not_an_overflow() -> None:
+    # The loops' own integer arguments: an expected seq no record can state takes nothing
+    # (the rules then name the first record), a walk from past any log finds nothing, and
+    # a run starting past 64 bits is left to extend_segments, which refuses it.
+    freeze = compiled()
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun)
+    text = b'{"type":"x/note","seq":0,"time":0,"data":{}}'
+    records = [RawRecord.of_text(text, 0, "line 2", 2)]
+    lines = as_lines(records)
+    bounds = array("q", [0, 1, 0, 1])
+    for expected in (2**63, 2**64, 10**30):
+        taken: list[Any] = []
+        assert freeze.decode_records(records, 0, 1, expected, taken, orjson.loads) == (0, expected)
+        assert freeze.decode_lines(lines.data, lines.line_starts, 0, 1, expected, taken,
+                                   orjson.loads) == (0, expected)  # fmt: skip
+        assert freeze.decode_batches(lines.data, lines.line_starts, bounds, expected, taken,
+                                     orjson.loads) == (0, expected)  # fmt: skip
+        assert taken == []
+    log = EventLog([SessionEvent.from_json(orjson.loads(text))])
+    for start in (2**63, 2**64):
+        assert log.loose_needing(frozenset(["x/note"]), start) == []
+        assert log.first_loose_outside(frozenset(), start) is None
+    far = ChunkRun(("text-delta", 1, 1, 0, None, None, ""), 2**63, array("q", [1]), ["a"])
+    assert freeze.extend_slots([], [far], 0) == 0
+    with pytest.raises(ValueError, match="cannot follow"):
+        EventLog().extend_segments([far])
+
+
 def test_the_pure_path_parses_every_row() -> None:
     if snapshot_module.ACCELERATED:
         pytest.skip("the compiled path runs here")
