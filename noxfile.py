@@ -78,6 +78,13 @@ SANITIZED_TESTS = [
     "--deselect",
     "packages/core/tests/test_freeze.py::test_the_core_tests_pass_on_the_pure_python_fast_path",
 ]
+#: What those tests need besides the core (its `cli` extra, the conftest's plugins).
+SANITIZED_PACKAGES = [
+    "./packages/persistence-jsonl",
+    "./packages/persistence-sqlite",
+    "./packages/persistence-postgres",
+    "./packages/invariants",
+]
 SANITIZERS = "-fsanitize=address,undefined -fno-sanitize-recover=all"
 #: Proves the module the tests import is the instrumented build (it is optional: a
 #: failed build would leave the pure-Python path, and a session that checks nothing).
@@ -111,9 +118,8 @@ def sanitize(session: nox.Session) -> None:
     )
     flags = f"{SANITIZERS} -fno-omit-frame-pointer -fno-wrapv -O1 -g"
     session.install(
-        "--no-cache-dir",
         f"{core}[cli,testing]",
-        *(package for package in PACKAGES if not package.startswith("./packages/core")),
+        *SANITIZED_PACKAGES,
         *TEST_TOOLS,
         env={"CC": "gcc", "CFLAGS": flags, "LDFLAGS": SANITIZERS},
     )
@@ -128,9 +134,12 @@ def sanitize(session: nox.Session) -> None:
         "SESSIONLEDGER_PURE_PYTHON": "",
     }
     session.run("python", "-c", INSTRUMENTED, env=env)
+    # The sanitizers write their report to the process's stderr and stop it: pytest must
+    # not hold that in a capture file that dies with it (--capture=sys), nor answer a
+    # segmentation fault with Python's stack alone (faulthandler) where ASan gives its own.
     session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SANITIZED_TESTS,
-        *session.posargs, env=env,
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:faulthandler",
+        "--capture=sys", *SANITIZED_TESTS, *session.posargs, env=env,
     )  # fmt: skip
 
 
