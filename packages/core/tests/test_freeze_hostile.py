@@ -150,13 +150,19 @@ class Attack:
         self.busy = True
         try:
             for container in self.containers:
-                places = list(container) if isinstance(container, dict) else range(len(container))
-                for place in places:
-                    copy = fresh(container[place])
+                if type(container) is list:
+                    # Emptied and filled again: its array of items is freed too.
+                    copies = [fresh(item) for item in container]
+                    container.clear()
+                    container += copies
+                    self.decoys += [decoy(copy) for copy in copies for _ in range(2)]
+                    continue
+                for key in list(container):
+                    copy = fresh(container[key])
                     if type(container) is FrozenDict:
-                        dict.__setitem__(container, place, copy)
+                        dict.__setitem__(container, key, copy)
                     else:
-                        container[place] = copy  # the value held before is freed here
+                        container[key] = copy  # the value held before is freed here
                     self.decoys += [decoy(copy), decoy(copy)]
             self.strikes += 1
             self.absorb()
