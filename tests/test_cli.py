@@ -700,7 +700,7 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
     assert [row["problem"] is not None for row in listed] == [True, False]
 
 
-async def test_a_commit_record_stating_a_seq_past_64_bits_is_corrupt_on_either_path(
+async def test_a_commit_record_stating_a_seq_past_64_bits_is_corrupt_not_a_traceback(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     # A commit record's checksum covers its batch's lines, not its own numbers: one that
