@@ -1,7 +1,7 @@
 """Test configuration for the whole repository (every package's tests and ``tests/``).
 
-- hypothesis profiles: ``dev`` (default) and ``ci`` (more examples; chosen by ``CI`` or
-  ``HYPOTHESIS_PROFILE``).
+- hypothesis profiles: ``dev`` (default), ``ci`` (more examples; chosen by ``CI`` or
+  ``HYPOTHESIS_PROFILE``) and ``sanitize`` (fewer, for ``nox -s sanitize``).
 - The invariants plugin is on for every test (docs/plugins.md, "the invariants plugin"):
   every ledger gets an ``InvariantsPlugin`` unless the test carries the
   ``invariants_off`` marker. Child processes inherit ``SESSIONLEDGER_INVARIANTS=1``.
@@ -28,6 +28,10 @@ from sessionledger_postgres.testing import PG_URL_ENV, ServerUnavailable, Throwa
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+# `nox -s sanitize`: every allocation through AddressSanitizer is several times slower.
+settings.register_profile(
+    "sanitize", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 

@@ -1,4 +1,5 @@
-"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `bench`, `demo`.
+"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `sanitize`, `bench`,
+`demo`.
 
 Every session installs the packages from this repository into a fresh virtual
 environment, so what runs is what a user gets from pip.
@@ -6,6 +7,8 @@ environment, so what runs is what a user gets from pip.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -59,6 +62,85 @@ def typecheck(session: nox.Session) -> None:
     session.install(*PACKAGES, *TYPE_TOOLS)
     sources = sorted(str(init.parent) for init in Path("packages").glob("*/src/*/__init__.py"))
     session.run("mypy", *sources)
+
+
+#: The tests that run the compiled accelerator (packages/core/src/sessionledger/_freeze.c).
+SANITIZED_TESTS = [
+    "packages/core/tests/test_freeze.py",
+    "packages/core/tests/test_freeze_hostile.py",
+    "packages/core/tests/test_chunks.py",
+    "packages/core/tests/test_eventlog.py",
+    "packages/core/tests/test_session.py",
+    "packages/core/tests/test_events.py",
+    "packages/core/tests/test_snapshot.py",
+    "packages/persistence-jsonl/tests/test_split.py",
+    # It runs the core tests again on the pure-Python path: nothing compiled to check.
+    "--deselect",
+    "packages/core/tests/test_freeze.py::test_the_core_tests_pass_on_the_pure_python_fast_path",
+]
+#: What those tests need besides the core (its `cli` extra, the conftest's plugins).
+SANITIZED_PACKAGES = [
+    "./packages/persistence-jsonl",
+    "./packages/persistence-sqlite",
+    "./packages/persistence-postgres",
+    "./packages/invariants",
+]
+SANITIZERS = "-fsanitize=address,undefined -fno-sanitize-recover=all"
+#: Proves the module the tests import is the instrumented build (it is optional: a
+#: failed build would leave the pure-Python path, and a session that checks nothing).
+INSTRUMENTED = (
+    "import importlib, pathlib; "
+    "assert importlib.import_module('sessionledger.snapshot').ACCELERATED; "
+    "from sessionledger import _freeze; "
+    "built = pathlib.Path(_freeze.__file__).read_bytes(); "
+    "assert b'__asan_report' in built and b'__ubsan_handle' in built, _freeze.__file__"
+)
+
+
+@nox.session
+def sanitize(session: nox.Session) -> None:
+    """Build the compiled accelerator with AddressSanitizer and UndefinedBehaviorSanitizer
+    and run the tests that exercise it (hypothesis profile ``sanitize``): any report (a
+    read of freed memory, an overflow) stops the run and fails the session. Needs gcc."""
+    runtime = (
+        shutil.which("gcc")
+        and subprocess.run(
+            ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
+    if not runtime or not Path(runtime).is_absolute():
+        session.error("the sanitize session needs gcc and its libasan (Debian: gcc)")
+    # A copy without build/: setuptools would reuse an object an ordinary build left there.
+    core = Path(session.create_tmp()) / "core"
+    shutil.rmtree(core, ignore_errors=True)
+    shutil.copytree(
+        "packages/core", core, ignore=shutil.ignore_patterns("build", "*.so", "*.egg-info")
+    )
+    flags = f"{SANITIZERS} -fno-omit-frame-pointer -fno-wrapv -O1 -g"
+    session.install(
+        f"{core}[cli,testing]",
+        *SANITIZED_PACKAGES,
+        *TEST_TOOLS,
+        env={"CC": "gcc", "CFLAGS": flags, "LDFLAGS": SANITIZERS},
+    )
+    env = {
+        "LD_PRELOAD": runtime,  # the interpreter is not instrumented: ASan must load first
+        "PYTHONMALLOC": "malloc",  # every object through ASan's allocator
+        # Freed memory is filled, so a read of it through the interpreter (which is not
+        # instrumented) goes wrong at once too, rather than finding the old bytes there.
+        "ASAN_OPTIONS": "detect_leaks=0:max_free_fill_size=4096",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+        "HYPOTHESIS_PROFILE": "sanitize",
+        "SESSIONLEDGER_PURE_PYTHON": "",
+    }
+    session.run("python", "-c", INSTRUMENTED, env=env)
+    # The sanitizers write their report to the process's stderr and stop it: pytest must
+    # not hold that in a capture file that dies with it (--capture=sys), nor answer a
+    # segmentation fault with Python's stack alone (faulthandler) where ASan gives its own.
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:faulthandler",
+        "--capture=sys", *SANITIZED_TESTS, *session.posargs, env=env,
+    )  # fmt: skip
 
 
 @nox.session

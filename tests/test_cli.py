@@ -700,6 +700,27 @@ async def test_verify_fails_on_a_damaged_jsonl_line(
     assert [row["problem"] is not None for row in listed] == [True, False]
 
 
+async def test_a_commit_record_stating_a_seq_past_64_bits_is_corrupt_not_a_traceback(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A commit record's checksum covers its batch's lines, not its own numbers: one that
+    # states a first seq of 2**63 is intact, and wrong. show and verify say CORRUPT, as
+    # the pure-Python path does (never a traceback; test_split.py compares the two).
+    url = store_url("jsonl", tmp_path)
+    await fill_store(url)
+    (log,) = [path for path in tmp_path.rglob("session.jsonl") if "closed-1" in str(path)]
+    lines = log.read_bytes().split(b"\n")
+    second = [at for at, line in enumerate(lines) if line.startswith(b'{"commit"')][1]
+    lines[second] = re.sub(rb'"first":\d+', b'"first":%d' % 2**63, lines[second])
+    log.write_bytes(b"\n".join(lines))
+    assert_user_error(run_cli(cli_env, "--store", url, "show", "closed-1"), "CORRUPT")
+    verified = run_cli(cli_env, "--store", url, "verify")
+    assert verified.code == 1, verified
+    assert "✗ closed-1" in verified.out
+    assert "CORRUPT" in verified.out
+    assert "Traceback" not in verified.err
+
+
 async def test_repair_salvage_moves_the_damage_aside_and_says_exactly_what(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:

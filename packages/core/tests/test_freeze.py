@@ -44,6 +44,7 @@ from sessionledger.testing.strategies import session_logs
 from sessionledger.vocabulary import RESERVED_TYPES
 
 snapshot_module = importlib.import_module("sessionledger.snapshot")
+chunks_module = importlib.import_module("sessionledger.chunks")
 ROOT = Path(__file__).resolve().parents[3]
 PURE = os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0")
 
@@ -612,6 +613,123 @@ def test_the_fast_row_decode_refuses_invalid_utf8_and_keeps_no_references() -> N
     assert sys.getrefcount(good) == before
     assert run_from_text(b"\x00" * 10) is None
     assert compiled().parse_row(object()) is None
+
+
+#: Characters of every UTF-8 length, the shortest and longest of each.
+SPLIT_CHARACTERS = ["\x80", "é", "\u07ff", "\u0800", "中", "\uffff", "😀", "\U0010ffff"]
+
+
+def split_rows() -> list[tuple[bytes, bytes]]:
+    """Rows whose texts hold one character cut between two members (at each of its
+    bytes, with an empty member between the halves or not, in a text, a reasoning and a
+    tool call's row); each with its twin that has the whole character on each side."""
+    found = []
+    for character in SPLIT_CHARACTERS:
+        encoded = character.encode()
+        for cut in range(1, len(encoded)):
+            for between in (b"", b'"",'):
+                halves = b'["a' + encoded[:cut] + b'",' + between + b'"' + encoded[cut:] + b'b"]'
+                whole = b'["a' + encoded + b'",' + between + b'"' + encoded + b'b"]'
+                gaps = "[5,5]" if between else "[5]"
+                for fields in ({}, {"tag": "reasoning-chunks"}, {**TOOL, "middle": ',"id":"c"'}):
+                    row = text_row(**fields, seq0="0", dt=gaps, texts="{}")
+                    found.append((row.replace(b"{}", halves), row.replace(b"{}", whole)))
+    return found
+
+
+def pure_scan(records: list[RawRecord]) -> Any:
+    """What a load makes of *records* with no compiled row parser and no compiled loop."""
+    saved = chunks_module.ACCELERATOR
+    chunks_module.ACCELERATOR = None
+    try:
+        return scan_outcome(records, common=False)
+    finally:
+        chunks_module.ACCELERATOR = saved
+
+
+def test_a_character_split_between_two_texts_is_refused_as_the_pure_path_refuses_it() -> None:
+    # Each text of a row is a JSON string of its own, so orjson refuses a row where one
+    # holds the first bytes of a character and the next the rest, though the texts
+    # joined are UTF-8; the compiled parse must refuse it too, and the load say CORRUPT.
+    fast_rows()
+    for halves, whole in split_rows():
+        assert ordinary_decode(halves) == "unparsable"
+        assert run_from_text(halves) is None, halves
+        records = [RawRecord.of_text(halves, 0, "line 2", 2)]
+        refused = scan_outcome(records, common=True)
+        assert type(refused) is str
+        assert "not valid JSON" in refused
+        assert refused == pure_scan(records)
+        assert scan_outcome(as_lines(records), common=True) == refused
+        assert assert_decodes_as_ordinary(whole) is not None, whole  # still taken whole
+
+
+#: Integers at and past what 64 bits hold (and the safe range's edge), either sign.
+WIDE_INTS = [2**53, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**64 + 1, 10**30,
+             -(2**63), -(2**63) - 1, -(2**64) - 1]  # fmt: skip
+
+
+def with_number(text: bytes, field: bytes, number: int) -> bytes:
+    """*text* (the writer's form) with the integer after *field* (``b'"seq":'``, say)
+    written as *number*: orjson cannot write an integer past 64 bits."""
+    start = text.index(field) + len(field)
+    end = start + len(text[start:]) - len(text[start:].lstrip(b"-0123456789"))
+    return text[:start] + str(number).encode() + text[end:]
+
+
+def test_an_integer_past_64_bits_in_any_field_the_compiled_decode_reads_is_taken_alike() -> None:
+    # Every integer a row or an envelope states, at and past 2**63 and 2**64: a load with
+    # the compiled decode loop says what the rules alone say (never OverflowError).
+    compiled()
+    row = text_row(seq0="1", dt="[5,6]", texts='["a","b","c"]')
+    envelope = jsoncodec.dumps(
+        {"type": "x/note", "seq": 4, "time": 9, "data": {}, "sourceEventSeqs": [0, 2]}
+    )
+    first = jsoncodec.dumps({"type": "x/note", "seq": 0, "time": 0, "data": {}})
+    row_fields = [b'"seq0":', b'"time0":', b'"turn":', b'"step":', b'"index":', b'"dt":[',
+                  b'"dt":[5,']  # fmt: skip
+    envelope_fields = [b'"seq":', b'"time":', b'"sourceEventSeqs":[', b'"sourceEventSeqs":[0,']
+    places = [(row, field) for field in row_fields]
+    places += [(envelope, field) for field in envelope_fields]
+    for text, field in places:
+        for number in WIDE_INTS:
+            spoilt = with_number(text, field, number)
+            texts_ = [first, spoilt]
+            if text is envelope:  # seqs 1-3 before it, as a row
+                texts_.insert(1, text_row(seq0="1", dt="[5,6]", texts='["a","b","c"]'))
+            records = [RawRecord.of_text(t, 0, f"line {n}", n) for n, t in enumerate(texts_, 2)]
+            outcome = scan_outcome(records, common=True)
+            assert outcome == pure_scan(records), (field, number)
+            assert scan_outcome(as_lines(records), common=True) == outcome, (field, number)
+
+
+def test_a_seq_past_64_bits_handed_to_a_compiled_loop_is_declined_not_an_overflow() -> None:
+    # The loops' own integer arguments: an expected seq no record can state takes nothing
+    # (the rules then name the first record), a walk from past any log finds nothing, and
+    # a run starting past 64 bits is left to extend_segments, which refuses it.
+    freeze = compiled()
+    freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
+    freeze.setup_runs(ChunkRun)
+    text = b'{"type":"x/note","seq":0,"time":0,"data":{}}'
+    records = [RawRecord.of_text(text, 0, "line 2", 2)]
+    lines = as_lines(records)
+    bounds = array("q", [0, 1, 0, 1])
+    for expected in (2**63, 2**64, 10**30):
+        taken: list[Any] = []
+        assert freeze.decode_records(records, 0, 1, expected, taken, orjson.loads) == (0, expected)
+        assert freeze.decode_lines(lines.data, lines.line_starts, 0, 1, expected, taken,
+                                   orjson.loads) == (0, expected)  # fmt: skip
+        assert freeze.decode_batches(lines.data, lines.line_starts, bounds, expected, taken,
+                                     orjson.loads) == (0, expected)  # fmt: skip
+        assert taken == []
+    log = EventLog([SessionEvent.from_json(orjson.loads(text))])
+    for start in (2**63, 2**64):
+        assert log.loose_needing(frozenset(["x/note"]), start) == []
+        assert log.first_loose_outside(frozenset(), start) is None
+    far = ChunkRun(("text-delta", 1, 1, 0, None, None, ""), 2**63, array("q", [1]), ["a"])
+    assert freeze.extend_slots([], [far], 0) == 0
+    with pytest.raises(ValueError, match="cannot follow"):
+        EventLog().extend_segments([far])
 
 
 def test_the_pure_path_parses_every_row() -> None:

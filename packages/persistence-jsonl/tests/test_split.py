@@ -295,3 +295,29 @@ def test_a_commit_record_stating_other_seqs_scans_alike(
     outcome = scanned(damaged, compiled=True)
     assert outcome == scanned(damaged, compiled=False)
     assert type(outcome) is str or outcome[2] > 0  # refused, or a torn tail
+
+
+#: Seqs a commit record may state at and past what 64 bits hold, and the safe range's edge.
+WIDE_SEQS = [2**53 - 1, 2**53, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**64 + 1, 10**30,
+             -(2**63) - 1, -(2**64)]  # fmt: skip
+
+
+@pytest.mark.parametrize("stated", WIDE_SEQS)
+def test_a_commit_record_stating_a_seq_past_64_bits_scans_alike(stated: int) -> None:
+    # The compiled loop takes batches by the seqs their commit records state: one it
+    # cannot hold is the rules' to name (CORRUPT, or a torn last batch), never an
+    # OverflowError from the load. Each field of each batch's commit record in turn.
+    log = [{"type": "x/note", "seq": seq, "time": seq, "data": {}} for seq in range(6)]
+    data = written_log(log, 2)
+    lines = data.split(b"\n")
+    commits = [index for index, line in enumerate(lines) if line.startswith(b'{"commit"')]
+    for at in commits:
+        for key in (b'"first":', b'"next":'):
+            line = lines[at]
+            start = line.index(key) + len(key)
+            end = line.index(b",", start)
+            damaged = b"\n".join([*lines[:at], line[:start] + b"%d" % stated + line[end:],
+                                  *lines[at + 1 :]])  # fmt: skip
+            outcome = scanned(damaged, compiled=True)
+            assert outcome == scanned(damaged, compiled=False), (at, key)
+            assert type(outcome) is str or outcome[2] > 0  # refused, or a torn tail

@@ -33,6 +33,17 @@
  * loose_needing and loose_outside are eventlog.EventLog's loops over its slots, and
  * line_starts the scan for LineRecords. Each takes only what its Python form takes,
  * the same way, and leaves the rest to it.
+ *
+ * Python code can run inside almost any call made here: a dict lookup runs the __hash__
+ * and __eq__ of a key that is not an exact str, and on CPython 3.11 any allocation of an
+ * object the cyclic collector tracks may start a collection, whose finalisers (__del__,
+ * weakref and gc callbacks) may change or empty the containers a caller passed in. So
+ * each value read out of a caller's container is held by a strong reference from the
+ * moment it is read until it is no longer used, and a container is read again, never
+ * trusted, after such a call; only the arguments themselves, which the caller holds, are
+ * borrowed. A value that changed under a helper makes it decline, and the Python form
+ * decides (README, "the compiled accelerator"; `nox -s sanitize` runs the tests that
+ * attack this under AddressSanitizer).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -83,6 +94,26 @@ string_fits(PyObject *text)
     default:
         return 1; /* one byte per code point: Latin-1, no surrogates */
     }
+}
+
+static int
+is_mapping(PyObject *value)
+{
+    return Py_TYPE(value) == &PyDict_Type || Py_TYPE(value) == frozen_type;
+}
+
+/* The value of *key* in the dict *mapping* as a new reference; NULL when absent (no
+   exception set) or on an error. The lookup may run Python code (the __hash__ or __eq__
+   of a key that is not an exact str) that changes the dict or drops the key: the key is
+   held while it is looked up, the value from the moment it is found. */
+static PyObject *
+lookup(PyObject *mapping, PyObject *key)
+{
+    Py_INCREF(key);
+    PyObject *value = PyDict_GetItemWithError(mapping, key);
+    Py_XINCREF(value);
+    Py_DECREF(key);
+    return value;
 }
 
 static enum kind
@@ -233,6 +264,20 @@ none_unless_error(void)
     Py_RETURN_NONE;
 }
 
+/* A setup called again. What the helpers are set up with is read while they run, so it
+   is set once: the same objects again are a no-op, other ones are refused (a setup run
+   by a finaliser cannot swap what a running helper holds). */
+static PyObject *
+set_again(int same, const char *name)
+{
+    if (!same) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "sessionledger._freeze.%s: already set up with other objects", name);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static int
 ready(void)
 {
@@ -269,27 +314,35 @@ freeze_sequence(PyObject *module, PyObject *source)
     return out != NULL ? out : none_unless_error();
 }
 
-/* One empty-of-meaning array per item code ("I", "q"), made on first use: an array of
-   *size* items is the template repeated, then filled through its buffer. Two calls into
-   the array module per array, neither parsing arguments. */
+/* One empty-of-meaning array per item code ("I", "q"), made when the module is imported
+   (so that no import runs inside a helper): an array of *size* items is the template
+   repeated, then filled through its buffer. Two calls into the array module per array,
+   neither parsing arguments nor running Python code. */
 static PyObject *array_templates[2] = {NULL, NULL};
+
+static int
+make_array_templates(void)
+{
+    PyObject *module = PyImport_ImportModule("array");
+    if (module == NULL) {
+        return -1;
+    }
+    static const char *const kinds[2] = {"I", "q"};
+    for (int which = 0; which < 2; which++) {
+        array_templates[which] = PyObject_CallMethod(module, "array", "s[i]", kinds[which], 0);
+        if (array_templates[which] == NULL) {
+            Py_DECREF(module);
+            return -1;
+        }
+    }
+    Py_DECREF(module);
+    return 0;
+}
 
 static PyObject *
 make_array(const char *kind, const void *items, Py_ssize_t size)
 {
     int which = kind[0] == 'q';
-    if (array_templates[which] == NULL) {
-        PyObject *module = PyImport_ImportModule("array");
-        if (module == NULL) {
-            return NULL;
-        }
-        PyObject *template = PyObject_CallMethod(module, "array", "s[i]", kind, 0);
-        Py_DECREF(module);
-        if (template == NULL) {
-            return NULL;
-        }
-        array_templates[which] = template;
-    }
     Py_buffer one;
     if (PyObject_GetBuffer(array_templates[which], &one, PyBUF_SIMPLE) < 0) {
         return NULL;
@@ -394,24 +447,26 @@ pack_run(PyObject *module, PyObject *args)
             ((int64_t *)ends)[i] = (int64_t)end;
         }
     }
-    PyObject *offsets = make_array(narrow ? "I" : "q", ends, size * (Py_ssize_t)width);
-    PyMem_Free(ends);
-    if (offsets == NULL) {
-        return NULL;
-    }
+    /* The texts are joined before the array is made: its allocation may start a
+       collection whose finalisers change the list (strings are not tracked, so neither
+       the join nor the loops above allocate anything that could). */
     PyObject *empty = PyUnicode_New(0, 0);
     PyObject *joined = empty == NULL ? NULL : PyUnicode_Join(empty, texts);
     Py_XDECREF(empty);
     if (joined == NULL) {
-        Py_DECREF(offsets);
+        PyMem_Free(ends);
         return NULL;
     }
     if ((unsigned long long)PyUnicode_GET_LENGTH(joined) != end) {
-        /* A text changed while the array was made (no Python code runs here, but
-           the array module's import may): the careful path decides. */
+        PyMem_Free(ends); /* cannot happen: nothing ran between */
         Py_DECREF(joined);
-        Py_DECREF(offsets);
         Py_RETURN_NONE;
+    }
+    PyObject *offsets = make_array(narrow ? "I" : "q", ends, size * (Py_ssize_t)width);
+    PyMem_Free(ends);
+    if (offsets == NULL) {
+        Py_DECREF(joined);
+        return NULL;
     }
     return Py_BuildValue("(NN)", joined, offsets);
 }
@@ -754,8 +809,16 @@ parse_row_text(const unsigned char *text, Py_ssize_t size, row_parts *parts)
     uint64_t chars_so_far = 0;
     for (;;) {
         Py_ssize_t chars;
+        unsigned char *begin = out;
         if (texts >= members || !json_string(&at, &out, &chars)) {
             return 0; /* more texts than gaps allow, or a string not for this path */
+        }
+        if (out > begin && (*begin & 0xC0) == 0x80) {
+            /* A text that starts inside a character: the joined texts may be UTF-8, but
+               this text and the one before it are not, and orjson refuses the line. (When
+               the joined texts are UTF-8, a text starting on a character's first byte
+               ends where the one before it ends a character: each text is UTF-8.) */
+            return 0;
         }
         chars_so_far += (uint64_t)chars;
         parts->ends[texts++] = chars_so_far;
@@ -982,20 +1045,6 @@ int_within(PyObject *value, long long low, long long high)
     return number >= low && number <= high;
 }
 
-/* The envelope's value for *key* (borrowed), NULL when absent; -1 in *error* on failure. */
-static PyObject *
-field(PyObject *envelope, int key, Py_ssize_t *found, int *error)
-{
-    PyObject *value = PyDict_GetItemWithError(envelope, envelope_keys[key]);
-    if (value != NULL) {
-        (*found)++;
-    }
-    else if (PyErr_Occurred()) {
-        *error = 1;
-    }
-    return value;
-}
-
 static int
 events_ready(void)
 {
@@ -1036,36 +1085,54 @@ event_field(PyObject *event, int which)
     return Py_TYPE(descriptor)->tp_descr_get(descriptor, event, NULL);
 }
 
-/* The body of event_from_json, once both setups ran. With *parsed*, the envelope is
-   parse_envelope's: its data is already the frozen value freeze_map would build. */
+/* sourceEventSeqs (a list or tuple the caller holds) as an event keeps it: a tuple of
+   safe non-negative ints; None when an item is anything else, NULL on an error. The tuple
+   is allocated before a list's items are read (the allocation may start a collection
+   whose finalisers change the list), and a list that changed meanwhile is declined. */
 static PyObject *
-event_of(PyObject *envelope, int parsed)
+seqs_of(PyObject *sources)
 {
-    if (!PyDict_CheckExact(envelope)) {
+    if (PyTuple_CheckExact(sources)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sources); i++) {
+            if (!int_within(PyTuple_GET_ITEM(sources, i), 0, max_safe)) {
+                Py_RETURN_NONE;
+            }
+        }
+        return Py_NewRef(sources);
+    }
+    if (!PyList_CheckExact(sources)) {
         Py_RETURN_NONE;
     }
-    Py_ssize_t found = 0;
-    int error = 0;
-    PyObject *type = field(envelope, KEY_TYPE, &found, &error);
-    PyObject *seq = field(envelope, KEY_SEQ, &found, &error);
-    PyObject *time = field(envelope, KEY_TIME, &found, &error);
-    PyObject *data = field(envelope, KEY_DATA, &found, &error);
-    PyObject *surface = field(envelope, KEY_SURFACE, &found, &error);
-    PyObject *sources = field(envelope, KEY_SOURCES, &found, &error);
-    PyObject *ignorable = field(envelope, KEY_IGNORABLE, &found, &error);
-    if (error) {
-        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(sources);
+    PyObject *seqs = PyTuple_New(count);
+    if (seqs == NULL || PyList_GET_SIZE(sources) != count) {
+        Py_XDECREF(seqs);
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     }
-    /* Every key one of the envelope's (none unknown), the required four among them. */
-    if (found != PyDict_GET_SIZE(envelope) || type == NULL || seq == NULL || time == NULL
-        || data == NULL) {
-        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(sources, i);
+        if (!int_within(item, 0, max_safe)) {
+            Py_DECREF(seqs);
+            Py_RETURN_NONE;
+        }
+        PyTuple_SET_ITEM(seqs, i, Py_NewRef(item));
     }
+    return seqs;
+}
+
+/* The event of an envelope's *fields* (each held, NULL when absent, the required four
+   there), or None, or NULL with an error; its seq in *seq*. */
+static PyObject *
+event_of_fields(PyObject *const *fields, int parsed, long long *seq)
+{
+    PyObject *type = fields[KEY_TYPE], *data = fields[KEY_DATA];
+    PyObject *surface = fields[KEY_SURFACE], *sources = fields[KEY_SOURCES];
+    PyObject *ignorable = fields[KEY_IGNORABLE];
     if (!PyUnicode_CheckExact(type) || PyUnicode_GET_LENGTH(type) == 0
-        || !int_within(seq, 0, max_safe) || !int_within(time, -max_safe, max_safe)
+        || !int_within(fields[KEY_SEQ], 0, max_safe)
+        || !int_within(fields[KEY_TIME], -max_safe, max_safe)
         || (ignorable != NULL && ignorable != Py_True)
-        || (parsed ? Py_TYPE(data) != frozen_type
-                   : Py_TYPE(data) != &PyDict_Type && Py_TYPE(data) != frozen_type)) {
+        || (parsed ? Py_TYPE(data) != frozen_type : !is_mapping(data))) {
         Py_RETURN_NONE;
     }
     int reserved = PySet_Contains(reserved_types, type);
@@ -1082,47 +1149,65 @@ event_of(PyObject *envelope, int parsed)
         }
         op = append_op;
     }
-    PyObject *seqs = NULL;
-    if (sources != NULL) {
-        if (!PyList_CheckExact(sources) && !PyTuple_CheckExact(sources)) {
-            Py_RETURN_NONE;
-        }
-        Py_ssize_t count = PySequence_Fast_GET_SIZE(sources);
-        PyObject **items = PySequence_Fast_ITEMS(sources);
-        for (Py_ssize_t i = 0; i < count; i++) {
-            if (!int_within(items[i], 0, max_safe)) {
-                Py_RETURN_NONE;
-            }
-        }
-        seqs = PyList_CheckExact(sources) ? PyList_AsTuple(sources) : Py_NewRef(sources);
-        if (seqs == NULL) {
-            return NULL;
-        }
+    PyObject *seqs = sources != NULL ? seqs_of(sources) : NULL;
+    if (seqs == Py_None || (seqs == NULL && PyErr_Occurred())) {
+        return seqs;
     }
     PyObject *frozen = parsed ? Py_NewRef(data) : freeze_map(data, 0);
     if (frozen == NULL) {
         Py_XDECREF(seqs);
         return none_unless_error();
     }
-    if (PyObject_SetAttr(frozen, shallow_name, Py_True) < 0) {
-        Py_DECREF(frozen);
-        Py_XDECREF(seqs);
-        return NULL;
+    PyObject *event = NULL;
+    if (PyObject_SetAttr(frozen, shallow_name, Py_True) == 0) {
+        PyObject *values[EVENT_SLOTS] = {
+            type, fields[KEY_SEQ], fields[KEY_TIME], frozen, op,
+            seqs != NULL ? seqs : Py_None, ignorable != NULL ? Py_True : Py_False,
+        };
+        event = build_event(values);
+        *seq = PyLong_AsLongLong(fields[KEY_SEQ]); /* a safe int: no error */
     }
-    PyObject *fields[EVENT_SLOTS] = {
-        type, seq, time, frozen, op, seqs != NULL ? seqs : Py_None,
-        ignorable != NULL ? Py_True : Py_False,
-    };
-    PyObject *event = build_event(fields);
     Py_DECREF(frozen);
     Py_XDECREF(seqs);
+    return event;
+}
+
+/* The body of event_from_json, once both setups ran; the event's seq in *seq*. With
+   *parsed*, the envelope is parse_envelope's: its data is already the frozen value
+   freeze_map would build. Each field is held while the event is made (see the top). */
+static PyObject *
+event_of(PyObject *envelope, int parsed, long long *seq)
+{
+    if (!PyDict_CheckExact(envelope)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *fields[7] = {NULL};
+    Py_ssize_t found = 0;
+    int failed = 0;
+    for (int key = 0; key < 7 && !failed; key++) {
+        fields[key] = lookup(envelope, envelope_keys[key]);
+        found += fields[key] != NULL;
+        failed = fields[key] == NULL && PyErr_Occurred();
+    }
+    PyObject *event = NULL;
+    if (!failed) {
+        /* Every key one of the envelope's (none unknown), the required four among them. */
+        int whole = found == PyDict_GET_SIZE(envelope) && fields[KEY_TYPE] != NULL
+                    && fields[KEY_SEQ] != NULL && fields[KEY_TIME] != NULL
+                    && fields[KEY_DATA] != NULL;
+        event = whole ? event_of_fields(fields, parsed, seq) : Py_NewRef(Py_None);
+    }
+    for (int key = 0; key < 7; key++) {
+        Py_XDECREF(fields[key]);
+    }
     return event;
 }
 
 static PyObject *
 event_from_json(PyObject *module, PyObject *envelope)
 {
-    return events_ready() ? event_of(envelope, 0) : NULL;
+    long long seq;
+    return events_ready() ? event_of(envelope, 0, &seq) : NULL;
 }
 
 /* make_event(type, seq, time, data, surface_op, source_event_seqs, ignorable): the event of
@@ -1147,17 +1232,19 @@ static PyObject *delta_keys[DK_KEYS];
 static PyObject *delta_kinds = NULL; /* deltas._KINDS: each kind, to its canonical str */
 static PyObject *tool_kind = NULL;   /* deltas._TOOL_KIND */
 
-/* The value of *key* in *mapping* (borrowed): NULL with *missing* set when absent (or,
-   as Python's lookup raises it, a TypeError), NULL with an error otherwise. */
+/* The value of *key* in *mapping* (a new reference): NULL with *missing* set when absent
+   (or, as Python's lookup raises them, a TypeError or a KeyError: freeze_delta catches
+   both), NULL with an error otherwise. */
 static PyObject *
 item(PyObject *mapping, PyObject *key, int *missing)
 {
-    PyObject *value = PyDict_GetItemWithError(mapping, key);
+    PyObject *value = lookup(mapping, key);
     if (value == NULL) {
         if (!PyErr_Occurred()) {
             *missing = 1;
         }
-        else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        else if (PyErr_ExceptionMatches(PyExc_TypeError)
+                 || PyErr_ExceptionMatches(PyExc_KeyError)) {
             PyErr_Clear(); /* freeze_delta catches it: not a delta */
             *missing = 1;
         }
@@ -1165,14 +1252,84 @@ item(PyObject *mapping, PyObject *key, int *missing)
     return value;
 }
 
-static int
-is_mapping(PyObject *value)
+/* What a delta's data holds, each a new reference (NULL: not read), read in the order
+   pure_freeze_delta reads it: its lookups may run Python code, so the count of a chunk's
+   keys is read where that form reads it. */
+typedef struct {
+    PyObject *chunk, *turn, *step, *stated, *kind, *index, *call_id, *name, *text;
+} delta_parts;
+
+static void
+delta_parts_clear(delta_parts *parts)
 {
-    return Py_TYPE(value) == &PyDict_Type || Py_TYPE(value) == frozen_type;
+    Py_CLEAR(parts->chunk);
+    Py_CLEAR(parts->turn);
+    Py_CLEAR(parts->step);
+    Py_CLEAR(parts->stated);
+    Py_CLEAR(parts->kind);
+    Py_CLEAR(parts->index);
+    Py_CLEAR(parts->call_id);
+    Py_CLEAR(parts->name);
+    Py_CLEAR(parts->text);
 }
 
-/* A FrozenDict of *count* keys and values (borrowed), untracked (it holds scalars and
-   frozen values only). */
+/* A tool call's id, name and arguments text into *parts*: 1, 0 when not well formed, -1
+   with an error (deltas._tool_fields). */
+static int
+tool_read(PyObject *chunk, delta_parts *parts)
+{
+    int missing = 0;
+    Py_ssize_t size = PyDict_GET_SIZE(chunk);
+    if (size < 4 || size > 5) {
+        return 0;
+    }
+    if ((parts->call_id = item(chunk, delta_keys[DK_ID], &missing)) == NULL
+        || (parts->text = item(chunk, delta_keys[DK_ARGS], &missing)) == NULL
+        || (size == 5 && (parts->name = item(chunk, delta_keys[DK_NAME], &missing)) == NULL)) {
+        return missing ? 0 : -1;
+    }
+    PyObject *call_id = parts->call_id, *name = parts->name;
+    return PyUnicode_CheckExact(call_id) && PyUnicode_GET_LENGTH(call_id) > 0
+           && string_fits(call_id)
+           && (name == NULL || (PyUnicode_CheckExact(name) && string_fits(name)));
+}
+
+/* The parts of a well-formed delta into *parts*: 1, 0 for anything else, -1 with an
+   error. */
+static int
+delta_read(PyObject *data, delta_parts *parts)
+{
+    int missing = 0;
+    if ((parts->chunk = item(data, delta_keys[DK_CHUNK], &missing)) == NULL
+        || (parts->turn = item(data, delta_keys[DK_TURN], &missing)) == NULL
+        || (parts->step = item(data, delta_keys[DK_STEP], &missing)) == NULL) {
+        return missing ? 0 : -1;
+    }
+    PyObject *chunk = parts->chunk;
+    if (!is_mapping(chunk) || !int_within(parts->turn, 1, max_safe)
+        || !int_within(parts->step, 1, max_safe)) {
+        return 0;
+    }
+    if ((parts->stated = item(chunk, delta_keys[DK_TYPE], &missing)) == NULL
+        || (parts->kind = item(delta_kinds, parts->stated, &missing)) == NULL
+        || (parts->index = item(chunk, delta_keys[DK_INDEX], &missing)) == NULL) {
+        return missing ? 0 : -1;
+    }
+    if (!int_within(parts->index, 0, max_safe)) {
+        return 0;
+    }
+    int fits = parts->kind == tool_kind ? tool_read(chunk, parts) : 1;
+    if (fits > 0 && parts->kind != tool_kind) {
+        if ((parts->text = item(chunk, delta_keys[DK_TEXT], &missing)) == NULL) {
+            return missing ? 0 : -1;
+        }
+        fits = PyDict_GET_SIZE(chunk) == 3;
+    }
+    return fits <= 0 ? fits : PyUnicode_CheckExact(parts->text) && string_fits(parts->text);
+}
+
+/* A FrozenDict of *count* keys and values (the caller holds them), untracked (it holds
+   scalars and frozen values only). */
 static PyObject *
 frozen_of(PyObject *const *keys, PyObject *const *values, int count)
 {
@@ -1188,70 +1345,12 @@ frozen_of(PyObject *const *keys, PyObject *const *values, int count)
     return out;
 }
 
-/* The body of freeze_delta: (frozen data, fields), None, or NULL with an error. */
+/* The frozen data and run fields of a well-formed delta's *parts*, or NULL. */
 static PyObject *
-delta_of(PyObject *data)
+delta_frozen(const delta_parts *parts)
 {
-    int missing = 0;
-    if (!is_mapping(data) || PyDict_GET_SIZE(data) != 3) {
-        Py_RETURN_NONE;
-    }
-    PyObject *chunk = item(data, delta_keys[DK_CHUNK], &missing);
-    PyObject *turn = chunk == NULL ? NULL : item(data, delta_keys[DK_TURN], &missing);
-    PyObject *step = turn == NULL ? NULL : item(data, delta_keys[DK_STEP], &missing);
-    if (step == NULL) {
-        return missing ? Py_NewRef(Py_None) : NULL;
-    }
-    if (!is_mapping(chunk) || !int_within(turn, 1, max_safe) || !int_within(step, 1, max_safe)) {
-        Py_RETURN_NONE;
-    }
-    PyObject *stated = item(chunk, delta_keys[DK_TYPE], &missing);
-    PyObject *kind = stated == NULL ? NULL : item(delta_kinds, stated, &missing);
-    if (kind == NULL) {
-        return missing ? Py_NewRef(Py_None) : NULL;
-    }
-    PyObject *index = item(chunk, delta_keys[DK_INDEX], &missing);
-    if (index == NULL) {
-        return missing ? Py_NewRef(Py_None) : NULL;
-    }
-    if (!int_within(index, 0, max_safe)) {
-        Py_RETURN_NONE;
-    }
-    PyObject *call_id = NULL, *name = NULL, *text = NULL;
-    Py_ssize_t size = PyDict_GET_SIZE(chunk);
-    if (kind == tool_kind) {
-        if (size < 4 || size > 5) {
-            Py_RETURN_NONE;
-        }
-        call_id = item(chunk, delta_keys[DK_ID], &missing);
-        text = call_id == NULL ? NULL : item(chunk, delta_keys[DK_ARGS], &missing);
-        if (text != NULL && size == 5) {
-            name = item(chunk, delta_keys[DK_NAME], &missing);
-            if (name == NULL) {
-                text = NULL;
-            }
-        }
-        if (text == NULL) {
-            return missing ? Py_NewRef(Py_None) : NULL;
-        }
-        if (!PyUnicode_CheckExact(call_id) || PyUnicode_GET_LENGTH(call_id) == 0
-            || !string_fits(call_id)
-            || (name != NULL && (!PyUnicode_CheckExact(name) || !string_fits(name)))) {
-            Py_RETURN_NONE;
-        }
-    }
-    else {
-        text = item(chunk, delta_keys[DK_TEXT], &missing);
-        if (text == NULL) {
-            return missing ? Py_NewRef(Py_None) : NULL;
-        }
-        if (size != 3) {
-            Py_RETURN_NONE;
-        }
-    }
-    if (!PyUnicode_CheckExact(text) || !string_fits(text)) {
-        Py_RETURN_NONE;
-    }
+    PyObject *kind = parts->kind, *index = parts->index, *text = parts->text;
+    PyObject *call_id = parts->call_id, *name = parts->name;
     PyObject *frozen_chunk;
     if (call_id == NULL) {
         PyObject *keys[3] = {delta_keys[DK_TYPE], delta_keys[DK_INDEX], delta_keys[DK_TEXT]};
@@ -1274,16 +1373,31 @@ delta_of(PyObject *data)
         return NULL;
     }
     PyObject *keys[3] = {delta_keys[DK_TURN], delta_keys[DK_STEP], delta_keys[DK_CHUNK]};
-    PyObject *values[3] = {turn, step, frozen_chunk};
+    PyObject *values[3] = {parts->turn, parts->step, frozen_chunk};
     PyObject *frozen = frozen_of(keys, values, 3);
     Py_DECREF(frozen_chunk);
     if (frozen == NULL || PyObject_SetAttr(frozen, shallow_name, Py_True) < 0) {
         Py_XDECREF(frozen);
         return NULL;
     }
-    return Py_BuildValue("(N(OOOOOOO))", frozen, kind, turn, step, index,
+    return Py_BuildValue("(N(OOOOOOO))", frozen, kind, parts->turn, parts->step, index,
                          call_id != NULL ? call_id : Py_None, name != NULL ? name : Py_None,
                          text);
+}
+
+/* The body of freeze_delta: (frozen data, fields), None, or NULL with an error. Every
+   value read from *data* is held until the result is made (see the top). */
+static PyObject *
+delta_of(PyObject *data)
+{
+    if (!is_mapping(data) || PyDict_GET_SIZE(data) != 3) {
+        Py_RETURN_NONE;
+    }
+    delta_parts parts = {NULL};
+    int found = delta_read(data, &parts);
+    PyObject *out = found < 0 ? NULL : found == 0 ? Py_NewRef(Py_None) : delta_frozen(&parts);
+    delta_parts_clear(&parts);
+    return out;
 }
 
 static PyObject *
@@ -1306,6 +1420,9 @@ setup_deltas(PyObject *module, PyObject *args)
     PyObject *kinds, *tool;
     if (!PyArg_ParseTuple(args, "O!U", &PyDict_Type, &kinds, &tool)) {
         return NULL;
+    }
+    if (delta_kinds != NULL) {
+        return set_again(delta_kinds == kinds && tool_kind == tool, "setup_deltas");
     }
     for (int i = 0; i < DK_KEYS; i++) {
         if (delta_keys[i] == NULL
@@ -1598,6 +1715,24 @@ parse_envelope(PyObject *module, PyObject *source)
 
 static PyObject *text_name = NULL; /* "text": RawRecord.text */
 
+/* *value*, the seq a decode expects next, into *expected*: 1; 0 when it is beyond 64 bits
+   (no record can state it, so the caller's rules take the first record and say what is
+   wrong with it); -1 with an exception set. A negative one is left for the caller's
+   check of its arguments. */
+static int
+expected_seq(PyObject *value, long long *expected)
+{
+    int overflow = 0;
+    *expected = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*expected == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0) {
+        *expected = -1;
+    }
+    return overflow <= 0;
+}
+
 /* Append *item* (a new reference, taken) to *taken* and move *expected* on by *count*: 1,
    or -1 with an exception set. */
 static int
@@ -1657,19 +1792,12 @@ decode_text(const unsigned char *bytes, Py_ssize_t size, PyObject *text, PyObjec
         PyErr_Clear(); /* not JSON, or nested deeper than loads reads: the caller's */
         return 0;
     }
-    PyObject *event = event_of(envelope, parsed);
+    long long seq = -1;
+    PyObject *event = event_of(envelope, parsed, &seq);
+    Py_DECREF(envelope);
     if (event == NULL || event == Py_None) {
-        Py_DECREF(envelope);
         Py_XDECREF(event);
         return event == NULL ? -1 : 0;
-    }
-    /* event_of took it, so it holds a seq, a safe int */
-    PyObject *stated = PyDict_GetItemWithError(envelope, envelope_keys[KEY_SEQ]);
-    long long seq = stated != NULL ? PyLong_AsLongLong(stated) : -1;
-    Py_DECREF(envelope);
-    if (seq < 0) {
-        Py_DECREF(event);
-        return PyErr_Occurred() ? -1 : 0;
     }
     if (seq != *expected) {
         Py_DECREF(event);
@@ -1695,9 +1823,13 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *records = args[0];
     Py_ssize_t index = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
-    long long expected = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) {
         return NULL;
+    }
+    long long expected;
+    int usable = expected_seq(args[3], &expected);
+    if (usable <= 0) {
+        return usable < 0 ? NULL : Py_BuildValue("(nO)", index, args[3]);
     }
     if (index < 0 || expected < 0 || stop < index) {
         PyErr_SetString(PyExc_ValueError,
@@ -1840,9 +1972,13 @@ decode_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t index = PyLong_AsSsize_t(args[2]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[3]);
-    long long expected = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred()) {
         return NULL;
+    }
+    long long expected;
+    int usable = expected_seq(args[4], &expected);
+    if (usable <= 0) {
+        return usable < 0 ? NULL : Py_BuildValue("(nO)", index, args[4]);
     }
     line_source lines;
     if (lines_open(&lines, args[0], args[1], "decode_lines") < 0) {
@@ -1878,9 +2014,10 @@ decode_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!events_ready() || !runs_ready()) {
         return NULL;
     }
-    long long expected = PyLong_AsLongLong(args[3]);
-    if (expected == -1 && PyErr_Occurred()) {
-        return NULL;
+    long long expected;
+    int usable = expected_seq(args[3], &expected);
+    if (usable <= 0) {
+        return usable < 0 ? NULL : Py_BuildValue("(nO)", (Py_ssize_t)0, args[3]);
     }
     if (expected < 0) {
         PyErr_SetString(PyExc_ValueError, "decode_batches: expected must be >= 0");
@@ -1977,11 +2114,90 @@ line_starts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return packed == NULL ? NULL : Py_BuildValue("(Nn)", packed, (Py_ssize_t)(p - base));
 }
 
+/* A run's slot *which* (its seq0 or end) as a list index into *out*: 1; 0 when it is
+   beyond one (no log is that long: the Python form says what is wrong); -1 with an
+   exception set. */
+static int
+run_index(PyObject *run, int which, Py_ssize_t *out)
+{
+    PyObject *descriptor = run_slots[which];
+    PyObject *value = Py_TYPE(descriptor)->tp_descr_get(descriptor, run, NULL);
+    *out = value == NULL ? -1 : PyLong_AsSsize_t(value);
+    Py_XDECREF(value);
+    if (*out == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* Add the ChunkRun *run* (held) to *slots* once per member: 1, 0 when it does not follow
+   the log (left to extend_segments), -1 with an exception set. */
+static int
+add_run(PyObject *slots, PyObject *run)
+{
+    Py_ssize_t seq0, stop;
+    int known = run_index(run, RUN_SEQ0, &seq0);
+    if (known > 0) {
+        known = run_index(run, RUN_END, &stop);
+    }
+    if (known <= 0) {
+        return known;
+    }
+    Py_ssize_t length = PyList_GET_SIZE(slots);
+    if (seq0 != length || stop < seq0) {
+        return 0; /* not right after the log: extend_segments says so */
+    }
+    if (stop == seq0) {
+        return 1;
+    }
+    /* One insertion of the whole run: one resize of the list. */
+    Py_ssize_t count = stop - seq0;
+    PyObject *copies = PyList_New(count);
+    if (copies == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyList_SET_ITEM(copies, k, Py_NewRef(run));
+    }
+    /* Making the list may have run a finaliser that changed the log: if so, the Python
+       form takes the run. */
+    int added = PyList_GET_SIZE(slots) != length ? 0
+                : PyList_SetSlice(slots, length, length, copies) < 0 ? -1 : 1;
+    Py_DECREF(copies);
+    return added;
+}
+
+/* Add the event *event* (held) to *slots*, untracked as EventLog.append leaves it: 1, or
+   -1 with an exception set. */
+static int
+add_event(PyObject *slots, PyObject *event)
+{
+    if (PyList_Append(slots, event) < 0) {
+        return -1;
+    }
+    /* As EventLog.append: an event, its provenance and op are never in a cycle. */
+    PyObject *untracked[3] = {Py_NewRef(event), event_field(event, EVENT_SOURCES),
+                              event_field(event, EVENT_SURFACE)};
+    int failed = untracked[1] == NULL || untracked[2] == NULL;
+    for (int k = 0; k < 3; k++) {
+        if (!failed && PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
+            PyObject_GC_UnTrack(untracked[k]);
+        }
+        Py_XDECREF(untracked[k]);
+    }
+    return failed ? -1 : 1;
+}
+
 /* extend_slots(slots, segments, start): EventLog.extend_segments' loop. From
    segments[start] on, a ChunkRun whose seq0 is len(slots) adds itself once per member,
    and an event adds itself, untracked as EventLog.append leaves it (with its provenance
    and op). It stops at the first other item (a run that does not follow, anything that
-   is neither) and returns its index, for extend_segments to take (and refuse). */
+   is neither) and returns its index, for extend_segments to take (and refuse). Each item
+   is held while it is added: the list is the caller's, and a finaliser may change it. */
 static PyObject *
 extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2002,61 +2218,17 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (; index < PyList_GET_SIZE(segments); index++) {
-        PyObject *item = PyList_GET_ITEM(segments, index);
-        if (Py_TYPE(item) == run_type) {
-            PyObject *first = Py_TYPE(run_slots[RUN_SEQ0])->tp_descr_get(run_slots[RUN_SEQ0], item, NULL);
-            PyObject *end = first == NULL ? NULL : Py_TYPE(run_slots[RUN_END])->tp_descr_get(run_slots[RUN_END], item, NULL);
-            Py_ssize_t seq0 = first == NULL ? -1 : PyLong_AsSsize_t(first);
-            Py_ssize_t stop = end == NULL ? -1 : PyLong_AsSsize_t(end);
-            Py_XDECREF(first);
-            Py_XDECREF(end);
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-            Py_ssize_t length = PyList_GET_SIZE(slots);
-            if (seq0 != length || stop < seq0) {
-                break; /* not right after the log: extend_segments says so */
-            }
-            if (stop == seq0) {
-                continue;
-            }
-            /* One insertion of the whole run: one resize of the list. */
-            Py_ssize_t count = stop - seq0;
-            PyObject *copies = PyList_New(count);
-            if (copies == NULL) {
-                return NULL;
-            }
-            for (Py_ssize_t k = 0; k < count; k++) {
-                PyList_SET_ITEM(copies, k, Py_NewRef(item));
-            }
-            int failed = PyList_SetSlice(slots, length, length, copies);
-            Py_DECREF(copies);
-            if (failed) {
-                return NULL;
-            }
-            continue;
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(segments, index));
+        int added = Py_TYPE(item) == run_type     ? add_run(slots, item)
+                    : Py_TYPE(item) == event_type ? add_event(slots, item)
+                                                  : 0;
+        Py_DECREF(item);
+        if (added < 0) {
+            return NULL;
         }
-        if (Py_TYPE(item) != event_type) {
+        if (added == 0) {
             break;
         }
-        if (PyList_Append(slots, item) < 0) {
-            return NULL;
-        }
-        /* As EventLog.append: an event, its provenance and op are never in a cycle. */
-        PyObject *untracked[3] = {item, event_field(item, EVENT_SOURCES),
-                                  event_field(item, EVENT_SURFACE)};
-        if (untracked[1] == NULL || untracked[2] == NULL) {
-            Py_XDECREF(untracked[1]);
-            Py_XDECREF(untracked[2]);
-            return NULL;
-        }
-        for (int k = 0; k < 3; k++) {
-            if (PyObject_IS_GC(untracked[k]) && PyObject_GC_IsTracked(untracked[k])) {
-                PyObject_GC_UnTrack(untracked[k]);
-            }
-        }
-        Py_DECREF(untracked[1]);
-        Py_DECREF(untracked[2]);
     }
     return PyLong_FromSsize_t(index);
 }
@@ -2064,15 +2236,16 @@ extend_slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* The walks of EventLog's loose events (those no run holds): from seq *start* on, each
    event slot is visited once and each run is stepped over. */
 
-/* The event slot at or after *seq* (borrowed, with its seq in *seq*), or NULL at the end;
-   -1 in *error* with an exception set. */
+/* The event slot at or after *seq* (a new reference, with its seq in *seq*), or NULL at
+   the end; -1 in *error* with an exception set. The list is read afresh on each call:
+   the caller's `types` may run Python code between two. */
 static PyObject *
 next_loose(PyObject *slots, Py_ssize_t *seq, int *error)
 {
     while (*seq < PyList_GET_SIZE(slots)) {
         PyObject *slot = PyList_GET_ITEM(slots, *seq);
         if (Py_TYPE(slot) == event_type) {
-            return slot;
+            return Py_NewRef(slot);
         }
         PyObject *end = Py_TYPE(run_slots[RUN_END])->tp_descr_get(run_slots[RUN_END], slot, NULL);
         Py_ssize_t after = end == NULL ? -1 : PyLong_AsSsize_t(end);
@@ -2096,7 +2269,7 @@ walk_ready(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_
     if (!events_ready() || !runs_ready()) {
         return 0;
     }
-    *start = PyLong_AsSsize_t(args[1]);
+    *start = PyNumber_AsSsize_t(args[1], NULL); /* one past any list: nothing to walk */
     if (*start == -1 && PyErr_Occurred()) {
         return 0;
     }
@@ -2121,7 +2294,6 @@ loose_needing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int error = 0;
     PyObject *event;
     while (out != NULL && (event = next_loose(slots, &seq, &error)) != NULL) {
-        Py_INCREF(event);
         PyObject *fields[4] = {
             event_field(event, EVENT_TYPE), event_field(event, EVENT_SURFACE),
             event_field(event, EVENT_SOURCES), event_field(event, EVENT_SEQ),
@@ -2176,7 +2348,6 @@ loose_outside(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int error = 0;
     PyObject *event;
     while ((event = next_loose(slots, &seq, &error)) != NULL) {
-        Py_INCREF(event);
         PyObject *type = event_field(event, EVENT_TYPE);
         int known = type == NULL ? -1 : PySequence_Contains(types, type);
         Py_XDECREF(type);
@@ -2210,6 +2381,9 @@ setup_runs(PyObject *module, PyObject *run_class)
     if (!PyType_Check(run_class)) {
         PyErr_SetString(PyExc_TypeError, "setup_runs(run_type: type)");
         return NULL;
+    }
+    if (run_type != NULL) {
+        return set_again(run_type == (PyTypeObject *)run_class, "setup_runs");
     }
     PyObject *runs = run_class;
     PyObject *declared = PyObject_GetAttrString(runs, "__slots__");
@@ -2250,6 +2424,11 @@ setup_events(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!U", &PyType_Type, &events, &PyFrozenSet_Type, &reserved,
                           &append)) {
         return NULL;
+    }
+    if (event_type != NULL) {
+        return set_again(event_type == (PyTypeObject *)events && reserved_types == reserved
+                             && append_op == append,
+                         "setup_events");
     }
     static const char *const names[7] = {
         "type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable",
@@ -2333,6 +2512,11 @@ setup(PyObject *module, PyObject *args)
     if (!PyType_IsSubtype((PyTypeObject *)type, &PyDict_Type) || safe <= 0 || depth < 0) {
         PyErr_SetString(PyExc_ValueError, "setup(dict subclass, positive limit, depth >= 0)");
         return NULL;
+    }
+    if (frozen_type != NULL) {
+        return set_again(frozen_type == (PyTypeObject *)type && max_safe == safe
+                             && max_depth == depth,
+                         "setup");
     }
     Py_INCREF(type);
     Py_XSETREF(frozen_type, (PyTypeObject *)type);
@@ -2419,6 +2603,9 @@ PyInit__freeze(void)
         if (row_tag_objects[i] == NULL) {
             return NULL;
         }
+    }
+    if (make_array_templates() < 0) {
+        return NULL;
     }
     return PyModule_Create(&module_def);
 }

@@ -291,8 +291,11 @@ class _Decoder:
         bounds = array("q")
         for batch in batches:
             first, end = batch.first_seq, batch.end_seq
-            # -1 stands for a seq not stated; a negative one stated is the rules' to name.
-            if batch.problem is not None or (first or 0) < 0 or (end or 0) < 0:
+            # -1 stands for a seq not stated; a negative one stated, or one past what 64
+            # bits hold, is the rules' to name.
+            if batch.problem is not None or not (
+                0 <= (first or 0) <= _INT64_MAX and 0 <= (end or 0) <= _INT64_MAX
+            ):
                 break
             bounds.extend((batch.start, batch.end, -1 if first is None else first,
                            -1 if end is None else end))  # fmt: skip
@@ -411,6 +414,10 @@ def _where(record: RawRecord, batch: RawBatch | None) -> str:
     """Where a damaged record is, for the error: its label, and its batch's."""
     return record.label if batch is None else f"{record.label} ({batch.label})"
 
+
+#: The largest seq a compiled decode is handed (an 8-byte int): a commit record may state
+#: any integer, and one past this is left to the rules, which say the log is damaged.
+_INT64_MAX: Final = 2**63 - 1
 
 #: What a released record becomes: its value is gone, its place is kept.
 _RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
