@@ -199,7 +199,7 @@ async def pg_state(url: str, schema: str) -> dict[str, Any]:
     conn = await pg_connect(url)
     try:
         relations = await conn.fetch(
-            "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+            "SELECT c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n "
             "ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1",
             schema,
         )
@@ -215,6 +215,8 @@ async def pg_state(url: str, schema: str) -> dict[str, Any]:
                 state[name] = tuple(
                     await conn.fetchrow(f"SELECT last_value, is_called FROM {table}")
                 )
+        tables = [name for name, kind in relations if kind == "r"]
+        assert {"sessions", "events", "search_text", "audit"} <= set(tables), tables
         state["schemas"] = [row[0] for row in await conn.fetch("SELECT nspname FROM pg_namespace")]
         locks = await conn.fetch(
             "SELECT classid, objid, pid FROM pg_locks WHERE locktype = 'advisory' ORDER BY 1, 2"
