@@ -285,7 +285,7 @@ async def test_ls_reads_no_events(kind: str, cli_env: dict[str, str], tmp_path: 
     ):
         pytest.skip(
             f"the {kind} store keeps no summaries of its own yet (list_summaries and "
-            "query_sessions are LogStore's defaults): listing rebuilds them from the logs"
+            "query_sessions are LogStore's defaults): listing computes them from the logs"
         )
     if kind == "jsonl":
         pytest.skip(

@@ -1,6 +1,9 @@
 """The JSONL summary index (docs/formats.md, "the summary index"): listing reads no log
 whose entry is current, and a crash, a torn or garbled line, a lost line or a deleted
-session can only make an entry stale, which the listing detects and rebuilds."""
+session can only make an entry stale, which the listing detects, computes from the log
+and reports (``stale``), writing nothing (docs/listing.md); the session's next write or
+``reindex`` adds a current entry, and writes compact an index grown long, losing no
+line another writer appends meanwhile."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,12 +113,18 @@ async def oracle(root: Path) -> dict[str, SessionSummary]:
 
 
 async def listed(root: Path) -> tuple[dict[str, SessionSummary], int]:
-    """The summaries a fresh store lists, and how many logs it read to list them."""
+    """The summaries a fresh store lists, and how many logs it read to list them: each
+    log read is a session it reports as stale. Listing writes nothing."""
     system = Counting()
     store = make_store(root, filesystem=system)
+    index = root / "index.jsonl"
+    before = index.read_bytes() if index.is_file() else None
     try:
         page = await store.list_sessions()
         assert all(info.problem is None for info in page.sessions)
+        assert sum(info.stale for info in page.sessions) == system.log_reads
+        assert ("write", "index.jsonl") not in system.calls
+        assert (index.read_bytes() if index.is_file() else None) == before
         return {info.id: info.summary for info in page.sessions}, system.log_reads
     finally:
         await store.close()
@@ -169,8 +179,8 @@ async def test_a_torn_tail_makes_the_entry_stale_and_a_repair_writes_a_fresh_one
     summaries, reads = await listed(root)
     assert summaries == await oracle(root)
     assert summaries["s"].open_turn == 2
-    assert reads == 1  # the stale entry was rebuilt from the log...
-    assert (await listed(root))[1] == 0  # ...and saved: the next listing reads nothing
+    assert reads == 1  # the stale entry was computed from the log...
+    assert (await listed(root))[1] == 1  # ...and not saved: listing writes nothing
 
     repairing = make_store(root)
     loaded = await repairing.load("s")  # cuts the tail, closes the open turn
@@ -202,40 +212,50 @@ async def test_deleted_sessions_are_not_listed_and_their_entries_are_dropped(
     summaries, _ = await listed(root)
     assert summaries == await oracle(root)
     assert summaries["gone"].events == 21
+    (root / "index.jsonl").write_bytes(
+        (root / "index.jsonl").read_bytes() + entry_of("deleted-long-ago")
+    )
     store = make_store(root)
-    index = store.log_store._index
-    entries, _ = index.read()
-    rows = _index.summary_rows(await store.log_store.list_headers(), entries)
-    index.compact((h["id"], r, s) for h, r, s in rows if s is not None)
+    store.log_store._index.compact({"gone", "kept"})  # the sessions the store holds
     await store.close()
     assert sorted(orjson.loads(line)["id"] for line in index_lines(root)) == ["gone", "kept"]
+    summaries, reads = await listed(root)
+    assert reads == 0
+    assert summaries == await oracle(root)
+
+
+def entry_of(session_id: str) -> bytes:
+    return _index.entry_line(session_id, "1.2", SessionSummary(1, 5, 5))
 
 
 async def test_garbled_lines_and_bad_entries_are_ignored(tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = make_store(root)
     await write_session(store, "a")
-    await write_session(store, "b")
+    session_b = await write_session(store, "b")
     revision_b = await store.revision("b")
     await store.close()
     with (root / "index.jsonl").open("ab") as file:
         file.write(b"\x00\x00\x00\x00\n")  # a hole a power loss can leave
         file.write(b"not json\n[1, 2]\n{}\n")
         file.write(b'{"id": "a", "revision": 7, "summary": {}}\n')  # wrong types
-        # the current revision, but a summary that is not one: rebuilt, never shown
+        # the current revision, but a summary that is not one: computed, never shown
         bad = {"id": "b", "revision": revision_b, "summary": {"events": -1}}
         file.write(orjson.dumps(bad) + b"\n")
         file.write(b'{"id": "a", "revision": "')  # a torn last line
     summaries, reads = await listed(root)
     assert summaries == await oracle(root)
     assert reads == 1  # b's entry was unusable; a's last good entry still counts
-    # The rebuilt entry starts a line of its own after the torn one: it counts.
+    # b's next write adds an entry, on a line of its own after the torn one: it counts.
+    store = make_store(root)
+    await store.append("b", closed_turn(session_b, 3))
+    await store.close()
     summaries, reads = await listed(root)
     assert reads == 0
     assert summaries == await oracle(root)
 
 
-async def test_an_index_that_cannot_be_written_only_costs_rebuilds(
+async def test_an_index_that_cannot_be_written_only_costs_log_reads(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     root = tmp_path / "store"
@@ -251,19 +271,26 @@ async def test_an_index_that_cannot_be_written_only_costs_rebuilds(
     assert reads == 1
 
 
-async def test_a_long_index_is_compacted_atomically(tmp_path: Path) -> None:
+def bloat_index(root: Path, size: int) -> None:
+    """Pad the index with lines that count but hold no entry (what a long history of
+    batches amounts to) up to *size* bytes, so the next entry crosses that size."""
+    index = root / "index.jsonl"
+    room = size - index.stat().st_size
+    index.write_bytes(index.read_bytes() + b"x\n" * (room // 2) + b"\n" * (room % 2))
+
+
+async def test_a_write_compacts_a_long_index_atomically(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    store = make_store(root, fsync=False)
-    for number in range(3):
-        await write_session(store, f"s{number}", batches=100, start=100_000 * number)
+    store = make_store(root)
+    sessions = {f"s{n}": await write_session(store, f"s{n}", batches=1) for n in range(3)}
     await store.close()
-    assert len(index_lines(root)) == 300  # 2 * 3 + 256 < 300: worth compacting
+    bloat_index(root, (1 << 15) - 1)  # 2 * 3 + 256 lines are far fewer: worth compacting
     (root / "index.jsonl.0123456789ab.tmp").write_bytes(b"left by a crashed compaction")
+    await listed(root)  # a listing leaves it as it is (``listed`` checks)
     system = Counting()
     store = make_store(root, filesystem=system)
-    page = await store.list_sessions()
+    await store.append("s1", closed_turn(sessions["s1"], 2))  # its line crosses 32 KiB
     await store.close()
-    assert system.log_reads == 0
     assert [line[:12] for line in index_lines(root)] == [
         b'{"id":"s0","',
         b'{"id":"s1","',
@@ -273,9 +300,10 @@ async def test_a_long_index_is_compacted_atomically(tmp_path: Path) -> None:
         ".locks",
         "index.jsonl",
     ]
-    # temp written and fsynced, renamed over the index, the root fsynced
+    # the line appended; then a temp written and fsynced, renamed over, the root fsynced
     tail = [call for call in system.calls if call[0] in ("write", "fsync", "rename")]
-    assert tail[-4:] == [
+    assert tail[-5:] == [
+        ("write", "index.jsonl"),
         ("write", tail[-4][1]),
         ("fsync", tail[-4][1]),
         ("rename", "index.jsonl"),
@@ -283,8 +311,24 @@ async def test_a_long_index_is_compacted_atomically(tmp_path: Path) -> None:
     ]
     assert tail[-4][1].startswith("index.jsonl.")
     assert tail[-4][1].endswith(".tmp")
-    assert {info.id: info.summary for info in page.sessions} == await oracle(root)
-    assert (await listed(root))[1] == 0
+    summaries, reads = await listed(root)
+    assert reads == 0
+    assert summaries == await oracle(root)
+
+
+async def test_a_short_index_is_left_alone_by_writes(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = make_store(root)
+    session = await write_session(store, "s", batches=1)
+    await store.close()
+    bloat_index(root, (1 << 15) - 1 - 600)  # 32 KiB is not crossed by the next line
+    before = index_lines(root)
+    system = Counting()
+    store = make_store(root, filesystem=system)
+    await store.append("s", closed_turn(session, 2))
+    await store.close()
+    assert index_lines(root)[:-1] == before  # only appended to: no compaction was due
+    assert not any(call[0] == "rename" for call in system.calls)
 
 
 async def test_the_store_s_own_files_at_the_root_are_not_taken_for_projects(
@@ -385,20 +429,34 @@ def kill_at_index_append(root: Path, hit: int) -> list[str]:
 
 async def crash_problems(root: Path) -> list[str]:
     """What is wrong with the listing after the crash, judged by the oracle: the
-    summary each log gives, and a second listing that reads no log."""
+    summary each log gives, the same again from a second listing (listing writes
+    nothing), and none once the session's next write added a current entry."""
     expected = await oracle(root)
-    first, _ = await listed(root)
+    first, reads = await listed(root)
     problems = [
         f"{sid}: listed {first.get(sid)}, the log says {summary}"
         for sid, summary in expected.items()
         if first.get(sid) != summary
     ]
-    second, reads = await listed(root)
-    if reads:
-        problems.append(f"the second listing read {reads} logs: a stale entry was not rewritten")
-    if second != first:
+    second, again = await listed(root)
+    if (second, again) != (first, reads):
         problems.append("the second listing differs from the first")
+    store = make_store(root)
+    try:
+        for session_id in expected:
+            await store.append(session_id, [await session_end(store, session_id)])
+    finally:
+        await store.close()
+    if (await listed(root))[1]:
+        problems.append("a write left its session's entry stale")
     return problems
+
+
+async def session_end(store: JsonlPersistence, session_id: str) -> Any:
+    """An event that continues the stored log (an ignorable one: any state takes it)."""
+    stored = await store.inspect(session_id)
+    end = len(stored.events)
+    return {"type": "x/note", "seq": end, "time": 9_000_000, "data": {}, "ignorable": True}
 
 
 @pytest.mark.parametrize(
@@ -416,9 +474,9 @@ async def test_a_writer_killed_before_the_index_append_leaves_only_a_stale_entry
         entries, _ = store.log_store._index.read()
         assert entries[stale].revision != await store.revision(stale)  # really stale
     await store.close()
-    assert await crash_problems(root) == []
     summaries = await oracle(root)
     assert summaries["k-1"].events == (21 if hit == 2 else 42)  # the durable batch counts
+    assert await crash_problems(root) == []
 
 
 async def test_the_crash_check_fails_when_staleness_is_not_detected(
@@ -437,13 +495,16 @@ async def test_the_crash_check_fails_when_staleness_is_not_detected(
     assert problems[0].startswith("k-1: listed SessionSummary(events=21"), problems
 
 
-async def test_two_processes_writing_different_sessions_keep_a_correct_index(
+async def test_two_processes_writing_and_compacting_keep_a_correct_index(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "store"
+    store = make_store(root)
+    await write_session(store, "z", batches=1)
+    await store.close()
+    bloat_index(root, (1 << 15) - 2048)  # the writers' first lines cross 32 KiB: compaction
     writers = [child(root, prefix, 20, 15, "nofsync") for prefix in ("p", "q")]
-    # Listings run while they write, and compact the index once it passes 2 * 40 + 256
-    # lines: a line appended during a compaction may be lost (stale, then rebuilt).
+    # Listings run while they write: they read, and write nothing.
     while any(process.poll() is None for process in writers):
         store = make_store(root)
         await store.list_sessions()
@@ -452,12 +513,13 @@ async def test_two_processes_writing_different_sessions_keep_a_correct_index(
         _, err = process.communicate()
         assert process.returncode == 0, err
     expected = await oracle(root)
-    assert len(expected) == 40
-    assert all(s.events == 15 * 21 for s in expected.values())
-    summaries, _ = await listed(root)
+    assert len(expected) == 41
+    assert all(s.events == 15 * 21 for id, s in expected.items() if id != "z")
+    lines = index_lines(root)
+    assert all(isinstance(orjson.loads(line), dict) for line in lines)  # compacted
+    summaries, reads = await listed(root)
     assert summaries == expected
-    assert all(isinstance(orjson.loads(line), dict) for line in index_lines(root))
-    assert (await listed(root))[1] == 0
+    assert reads == 0  # no entry was lost to a compaction
 
 
 async def test_two_processes_without_listing_leave_every_entry_current(tmp_path: Path) -> None:
@@ -467,8 +529,42 @@ async def test_two_processes_without_listing_leave_every_entry_current(tmp_path:
         _, err = process.communicate()
         assert process.returncode == 0, err
     lines = index_lines(root)
-    assert len(lines) == 2 * 10 * 20  # no line lost or merged with another
-    assert all(isinstance(orjson.loads(line), dict) for line in lines)
+    assert all(isinstance(orjson.loads(line), dict) for line in lines)  # none merged
     summaries, reads = await listed(root)
-    assert reads == 0
+    assert reads == 0  # none lost
     assert summaries == await oracle(root)
+
+
+async def test_an_entry_appended_during_a_compaction_is_not_lost(tmp_path: Path) -> None:
+    """The appender that waited for the index's lock while a compaction replaced the file
+    appends to the new file, not to the one the compaction let go."""
+    root = tmp_path / "store"
+    store = make_store(root)
+    await write_session(store, "s", batches=1)
+    await store.close()
+    bloat_index(root, 4096)
+    renaming, go = threading.Event(), threading.Event()
+
+    class PausingRename(FileSystem):
+        def rename(self, source: str, target: str, dir_fd: int) -> None:
+            renaming.set()
+            assert go.wait(30)
+            super().rename(source, target, dir_fd)
+
+    compactor = _index.SummaryIndex(PausingRename(), str(root), fsync=False)
+    appender = _index.SummaryIndex(FileSystem(), str(root), fsync=False)
+    compacting = threading.Thread(target=compactor.compact, args=({"s", "late"},))
+    compacting.start()
+    assert renaming.wait(30)  # the compaction holds the lock, its file written
+    appending = threading.Thread(
+        target=appender.append, args=("late", "7.1", SessionSummary(3, 1, 2))
+    )
+    appending.start()
+    appending.join(0.3)
+    assert appending.is_alive()  # waiting for the lock
+    go.set()
+    compacting.join(30)
+    appending.join(30)
+    entries, lines = appender.read()
+    assert sorted(entries) == ["late", "s"]
+    assert lines == 2

@@ -225,7 +225,7 @@ async def test_paging_with_cursors_yields_every_session_once(make_store: Make) -
             assert len(set(ids(seen))) == 40
 
 
-async def test_an_untrusted_summary_is_rebuilt_by_the_policy_then_indexed(
+async def test_an_untrusted_summary_is_computed_by_the_policy_and_reindex_stores_it(
     make_store: Make, pg_url: str, pg_schema: str
 ) -> None:
     pg = make_store()
@@ -234,7 +234,11 @@ async def test_an_untrusted_summary_is_rebuilt_by_the_policy_then_indexed(
     assert await pg.log_store.query_sessions(SessionQuery()) is None
     page = await pg.list_sessions(SessionQuery(since=20))
     assert [(info.id, info.events, info.last_activity) for info in page.sessions] == [("s1", 2, 20)]
-    assert await pg.log_store.query_sessions(SessionQuery()) is not None  # saved back
+    assert [info.stale for info in page.sessions] == [True]
+    # Listing writes nothing (docs/listing.md): untrusted until reindex stores it.
+    assert await pg.log_store.query_sessions(SessionQuery()) is None
+    await pg.reindex("s1")
+    assert await pg.log_store.query_sessions(SessionQuery()) is not None
 
 
 async def test_unreadable_headers_do_not_take_a_place_in_the_page(

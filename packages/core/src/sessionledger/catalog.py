@@ -1,10 +1,11 @@
 """``SessionCatalog``: listing, search, retention and reindex over a store (docs/listing.md).
 
 The half of the policy that works across sessions: it pages through the summaries a store
-keeps (rebuilding one the store could not trust), searches message text (from the
-store's index, or by reading every log), plans and carries out prunes with their audit
-records, and rebuilds summaries and indexes. ``SessionPersistence`` is one; the few
-things this needs from the per-session half are the abstract methods below.
+keeps (computing, in memory, one the store could not trust: reading never writes),
+searches message text (from the store's index, or by reading every log), plans and
+carries out prunes with their audit records, and rebuilds summaries and indexes.
+``SessionPersistence`` is one; the few things this needs from the per-session half are
+the abstract methods below.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ class SessionCatalog(ABC):
     async def list_sessions(self, query: SessionQuery | None = None) -> SessionPage:
         """Return one page of the stored sessions' summaries (``listing.make_query`` makes
         *query*; by default every session, most recent activity first). Reads no events,
-        except to rebuild a summary the store could not trust."""
+        except the log of a session whose stored summary is missing or stale; writes
+        nothing, whatever it finds."""
         query = query or SessionQuery()
         rows = await self.log_store.query_sessions(query)
         if rows is None:
@@ -149,9 +151,11 @@ class SessionCatalog(ABC):
         return infos
 
     async def _listed(self, row: StoredSummary) -> SessionInfo | None:
-        """The listing row of a store's *row*; a summary the store lacks is rebuilt from
-        the log (and handed back to the store). None for a header this build cannot
-        read (logged, as ``list_snapshots`` does)."""
+        """The listing row of a store's *row*. A summary the store lacks (or cannot
+        trust) is computed from the log for this listing only, and marked ``stale``
+        (docs/listing.md, "reading never writes"); ``reindex`` and the next write store
+        it. None for a header this build cannot read (logged, as
+        ``list_snapshots`` does)."""
         header = _listable_header(row.header)
         if header is None:
             return None
@@ -159,16 +163,15 @@ class SessionCatalog(ABC):
             return SessionInfo(header, row.revision, row.summary)
         async with self._lock(header.id):
             raw = await self.log_store.read_log(header.id)
-            if raw is None:
-                return None  # deleted meanwhile
-            try:
-                scan = scan_log(header.id, raw, contiguous_from=0)
-            except LedgerError as error:
-                logger.warning("session %r: cannot summarize its log: %s", header.id, error)
-                return SessionInfo(header, raw.revision, problem=f"{error.code}: {error}")
-            summary = summarize(scan.events)
-            await self.log_store.save_summary(header.id, raw.revision, summary)
-            return SessionInfo(header, raw.revision, summary)
+        if raw is None:
+            return None  # deleted meanwhile
+        try:
+            scan = scan_log(header.id, raw, contiguous_from=0)
+        except LedgerError as error:
+            logger.warning("session %r: cannot summarize its log: %s", header.id, error)
+            problem = f"{error.code}: {error}"
+            return SessionInfo(header, raw.revision, problem=problem, stale=True)
+        return SessionInfo(header, raw.revision, summarize(scan.events), stale=True)
 
     async def search(
         self,

@@ -62,13 +62,17 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionInfo:
     """A stored session as listed: its header, revision and summary, read without its
-    events. ``problem`` says why a summary the store lacked could not be rebuilt (its log
-    is damaged: ``sessionledger verify`` says how); the summary is then empty."""
+    events. ``stale`` says that the store holds no up-to-date summary of it (missing, or
+    describing an earlier state of the log): the one here was computed from the log as
+    it was listed, and nothing was written back (docs/listing.md, "reading never writes";
+    ``reindex`` stores it). ``problem`` says why such a summary could not be computed
+    (its log is damaged: ``sessionledger verify`` says how); the summary is then empty."""
 
     header: SessionHeader
     revision: str
     summary: SessionSummary = EMPTY_SUMMARY
     problem: str | None = None
+    stale: bool = False
 
     @property
     def id(self) -> str:
@@ -105,12 +109,14 @@ class SessionInfo:
         row.update(self.summary.to_json())
         row["lastActivity"] = self.last_activity
         row["problem"] = self.problem
+        row["stale"] = self.stale
         return row
 
 
 class StoredSummary(NamedTuple):
     """A listing row as a store returns it: the stored header JSON, the revision, and the
-    summary (None when the store holds none it can trust: the policy rebuilds it)."""
+    summary (None when the store holds none it can trust: the policy computes it from the
+    log for that listing, and writes nothing)."""
 
     header: Mapping[str, Any]
     revision: str
@@ -306,6 +312,8 @@ def to_epoch_ms(value: object, name: str) -> int | None:
     raise QueryError(f"{name} must be epoch milliseconds (int) or a datetime, got {_shown(value)}")
 
 
+#: The epoch ms an ISO date and time can name (the years 1 to 9999, UTC).
+_ISO_TIMES: Final = range(-62_135_596_800_000, 253_402_300_800_000)
 _DURATION: Final = re.compile(r"(\d{1,9})\s*(ms|s|m|h|d|w)")
 _UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _UNIT_MS["w"] = 7 * _UNIT_MS["d"]
@@ -330,16 +338,24 @@ def parse_when(text: str, name: str, *, now: int) -> int:
     (``2026-11-30``, midnight UTC) or an ISO date and time (UTC unless it gives an
     offset)."""
     if _DURATION.fullmatch(text.strip()) is not None:
-        return now - parse_duration(text, name)
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
+        result = now - parse_duration(text, name)
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise QueryError(
+                f"{name} must be a duration ago (2d, 12h) or an ISO date or time "
+                f"(2026-11-30, 2026-11-30T08:00), got {_shown(text)}"
+            ) from None
+        converted = to_epoch_ms(moment, name)
+        assert converted is not None
+        result = converted
+    if result not in _ISO_TIMES:
+        # The next page's command names the bound as an ISO time (UTC), which could not.
         raise QueryError(
-            f"{name} must be a duration ago (2d, 12h) or an ISO date or time "
-            f"(2026-11-30, 2026-11-30T08:00), got {_shown(text)}"
-        ) from None
-    result = to_epoch_ms(moment, name)
-    assert result is not None
+            f"{name} {_shown(text)} names a time outside the years 1 to 9999 (UTC), "
+            "which the next page could not name"
+        )
     return result
 
 

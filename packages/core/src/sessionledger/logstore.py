@@ -407,16 +407,12 @@ class LogStore(ABC):
         """Return every stored log's header, revision and summary, reading no events.
 
         A summary the store does not hold, or cannot trust (a crash left it stale), is
-        None: the policy reads that log, summarizes it and hands it to ``save_summary``.
+        None: the policy reads that log and summarizes it for the listing alone. Reading
+        never writes (docs/listing.md): only writes and ``rewrite_index`` store a summary.
         The default holds none."""
         return [
             StoredSummary(header, revision, None) for header, revision in await self.list_headers()
         ]
-
-    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        """Keep *summary* as the summary of the log at *revision* (a store whose index
-        can go stale rebuilds it this way); the default keeps nothing."""
-        return None
 
     async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
         """Answer *query* from an index, as ``sessionledger.listing.select`` would over

@@ -60,7 +60,7 @@ class _Stored:
     incarnation: int
     changes: int = 0
     quarantined: list[bytes] = dataclasses.field(default_factory=list)  # records cut away
-    summary: SessionSummary | None = None  # None after tampering: rebuilt when listed
+    summary: SessionSummary | None = None  # None after tampering: computed when listed
 
     @property
     def next_seq(self) -> int:
@@ -196,11 +196,6 @@ class MemoryLogStore(LogStore):
             summary = None if stored is None else stored.summary
             found.append(StoredSummary(header, revision, summary))
         return found
-
-    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        stored = self.storage.get(session_id)
-        if stored is not None and _revision(stored) == revision:
-            stored.summary = summary
 
     async def rewrite_index(
         self,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sessionledger.errors import EventDataError
-from sessionledger.snapshot import FrozenDict
+from sessionledger.snapshot import FrozenDict, brief
 from sessionledger.vocabulary import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -55,7 +55,10 @@ CHUNK_KINDS: Final = (
 
 
 def _fail(event_type: str, rule: str, value: object) -> EventDataError:
-    shown = repr(value)
+    try:
+        shown = repr(value)
+    except RecursionError:  # nested deeper than repr goes: refused all the same
+        shown = brief(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return EventDataError(f"{event_type} {rule}; got {shown}")

@@ -14,12 +14,13 @@ All file I/O runs in worker threads; OSErrors are translated in one place (``_ru
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, final
 
 from sessionledger.cancellation import in_thread
-from sessionledger.errors import ConfigError
+from sessionledger.errors import ConfigError, LedgerError
 from sessionledger.events import SessionHeader
 from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
 from sessionledger.links import pinned
@@ -38,6 +39,8 @@ from sessionledger_jsonl._index import SummaryIndex, summary_rows
 from sessionledger_jsonl._writing import Writers
 
 __all__ = ["JsonlLogStore", "JsonlPersistence"]
+
+logger = logging.getLogger("sessionledger")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -132,7 +135,7 @@ class JsonlLogStore(LogStore):
         if revision is None:
             return False
         if batch.summary is not None:  # only once the batch is durable
-            self._index.append(batch.header.id, revision, batch.summary)
+            self._add_entry(batch.header.id, revision, batch.summary)
         return True
 
     async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
@@ -153,7 +156,7 @@ class JsonlLogStore(LogStore):
             return False
         summary = batches[-1].summary
         if summary is not None:  # only once the log is durable
-            self._index.append(header.id, revision, summary)
+            self._add_entry(header.id, revision, summary)
         return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
@@ -165,33 +168,40 @@ class JsonlLogStore(LogStore):
             return None
         receipt, revision = done
         if repair.summary is not None:
-            self._index.append(repair.header.id, revision, repair.summary)
+            self._add_entry(repair.header.id, revision, repair.summary)
         return receipt
 
     async def list_summaries(self) -> list[StoredSummary]:
         return await self._run(None, self._list_summaries)
 
     def _list_summaries(self) -> list[StoredSummary]:
-        listed = self._directories.list_headers()
-        entries, lines = self._index.read()
-        rows = summary_rows(listed, entries)
-        if self._index.needs_compaction(lines, len(rows)):
-            self._index.compact(
-                (header["id"], revision, summary)
-                for header, revision, summary in rows
-                if summary is not None
-            )
+        # Reading never writes (docs/listing.md): a stale entry stays as it is, and a
+        # long index is compacted by the writes that make it long (``_add_entry``).
+        rows = summary_rows(self._directories.list_headers(), self._index.read()[0])
         return [StoredSummary(header, revision, summary) for header, revision, summary in rows]
 
-    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        await self._run(session_id, self._save_if_current, session_id, revision, summary)
+    def _add_entry(self, session_id: str, revision: str, summary: SessionSummary) -> None:
+        """Add the index entry of a write that is durable, and compact the index when
+        that entry took it past a size worth checking (``SummaryIndex.append``)."""
+        if not self._index.append(session_id, revision, summary):
+            return
+        entries, lines = self._index.read()
+        if not self._index.needs_compaction(lines, len(entries)):
+            return
+        try:
+            stored = {header.get("id") for header, _ in self._directories.list_headers()}
+        except (OSError, LedgerError) as error:
+            # The write is durable already: a compaction that cannot list waits for later.
+            logger.warning("cannot compact %s (%s); it stays as it was", self._index.path, error)
+            return
+        self._index.compact({session_id for session_id in stored if type(session_id) is str})
 
     def _save_if_current(self, session_id: str, revision: str, summary: SessionSummary) -> bool:
         """Add the entry if the log is still at *revision* (an older one would only shadow
-        a newer entry)."""
+        a newer entry): ``reindex``."""
         if self._directories.read_revision(session_id) != revision:
             return False
-        self._index.append(session_id, revision, summary)
+        self._add_entry(session_id, revision, summary)
         return True
 
     async def rewrite_index(

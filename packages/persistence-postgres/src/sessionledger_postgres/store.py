@@ -338,17 +338,6 @@ class PostgresLogStore(LogStore):
             found = await conn.fetch(self._sql.select_summaries)
         return [queries.stored_summary(row) for row in found]
 
-    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        if rows.text_flaw(session_id) is not None:
-            return
-        async with self.connection(session_id) as conn, conn.transaction():
-            current = await conn.fetchrow(self._sql.lock_summary, session_id)
-            if current is None or rows.revision_string(current[0], current[1]) != revision:
-                return  # changed meanwhile: the writer stored a newer summary
-            await conn.execute(
-                self._sql.set_summary, session_id, *rows.summary_columns(summary, current[2])
-            )
-
     async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
         """Answer *query* in SQL, each row checked with the core's rule (``queries``);
         None (the policy answers) while a summary is untrusted or for a filter no SQL
@@ -364,7 +353,7 @@ class PostgresLogStore(LogStore):
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             if await conn.fetchval(self._sql.unsummarized):
-                return None  # the policy rebuilds and saves them, then the index answers
+                return None  # the policy computes them for this listing (reindex stores them)
             prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
             async for row in conn.cursor(sql, *args, prefetch=prefetch):
                 stored = queries.stored_summary(row)

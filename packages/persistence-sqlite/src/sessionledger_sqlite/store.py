@@ -368,11 +368,6 @@ class SqliteLogStore(LogStore):
             found = list(await db.execute_fetchall(queries.SELECT_SUMMARIES))
         return [queries.stored_summary(row) for row in found]
 
-    async def save_summary(self, session_id: str, revision: str, summary: SessionSummary) -> None:
-        async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
-            if await self._revision_in(db, session_id) == revision:
-                await indexes.write_summary(db, session_id, summary)
-
     async def query_sessions(self, query: SessionQuery) -> list[StoredSummary] | None:
         """Answer *query* with one keyset scan of the index of its order; None (the policy
         selects over ``list_summaries``) while some summary is untrusted."""

@@ -29,10 +29,12 @@ from rich.text import Text
 from sessionledger.cli.preview import (
     clip,
     event_preview,
-    local_time,
+    local_moment,
     lookup,
     printable,
+    raw_time,
     seq_ranges,
+    shows_as_date,
     surface_op_text,
 )
 from sessionledger.cli.words import plural
@@ -90,6 +92,9 @@ class LogLayout:
     data: int | None
     #: The data goes on a line of its own, under the type column.
     stacked: bool = False
+    #: The time column's width: wider than ``TIME_WIDTH`` when some time is beyond what a
+    #: date shows, and is shown as its epoch milliseconds (``preview.raw_time``).
+    time_width: int = TIME_WIDTH
 
 
 def _cells(text: str) -> int:
@@ -151,8 +156,11 @@ def plan_layout(
     """Size the columns for *events* on a console *width* cells wide (see the module)."""
     seq, surface, sources = len("seq"), len("surface"), len("sources")
     kinds = {"type"}
+    when = TIME_WIDTH
     for start, end in _spans(events, collapse_chunks):
         event = events[start]
+        if not shows_as_date(event.time):
+            when = max(when, len(raw_time(event.time)))
         if end - start > 1:
             seq = max(seq, len(f"{event.seq}-{events[end - 1].seq}"))
             kinds.add(f"{ASSISTANT_CHUNK} ({end - start})")
@@ -165,16 +173,18 @@ def plan_layout(
             sources = max(sources, len(seq_ranges(event.source_event_seqs)))
     kind = max(_cells(printable(name)) for name in kinds)
     if width >= WHOLE_WIDTH:
-        return LogLayout(seq, True, kind, surface, sources, None)
+        return LogLayout(seq, True, kind, surface, sources, None, time_width=when)
     time = width >= NARROW
-    others = seq + (len(GAP) + TIME_WIDTH if time else 0) + 3 * len(GAP) + kind + surface
+    others = seq + (len(GAP) + when if time else 0) + 3 * len(GAP) + kind + surface
     # Inline, the sources give way (wrapping, down to their header's width) to the data.
     inline = min(sources, SOURCES_MAX, width - others - len(GAP) - DATA_MIN)
     if inline >= len("sources"):
-        return LogLayout(seq, time, kind, surface, inline, width - others - inline - len(GAP))
+        data = width - others - inline - len(GAP)
+        return LogLayout(seq, time, kind, surface, inline, data, time_width=when)
     # The data goes under its row; the sources give way to fit the rest.
     sources = max(len("sources"), min(sources, SOURCES_MAX, width - others))
-    return LogLayout(seq, time, kind, surface, sources, max(width - seq - len(GAP), 1), True)
+    data = max(width - seq - len(GAP), 1)
+    return LogLayout(seq, time, kind, surface, sources, data, True, when)
 
 
 def _fit(text: str, room: int | None) -> str:
@@ -208,7 +218,7 @@ def _type_style(kind: str) -> str:
 def header_lines(layout: LogLayout) -> list[Line]:
     """Return the column headings (two lines when the data goes under each row)."""
     line: Line = [("seq".rjust(layout.seq), HEADER_STYLE)]
-    names = [("time", TIME_WIDTH)] if layout.time else []
+    names = [("time", layout.time_width)] if layout.time else []
     names += [("type", layout.type), ("surface", layout.surface), ("sources", layout.sources)]
     for name, width in names:
         line += [(GAP, ""), (name.ljust(width), HEADER_STYLE)]
@@ -222,12 +232,15 @@ class _Clock:
 
     def __init__(self) -> None:
         self.second: int | None = None
-        self.text = ""
+        self.text: str | None = ""  # None: the second is beyond what a date shows
 
     def __call__(self, ms: int) -> str:
         second = ms // 1000
         if second != self.second:
-            self.second, self.text = second, local_time(second * 1000)[:-4]
+            moment = local_moment(second * 1000)
+            self.second, self.text = second, None if moment is None else f"{moment:%H:%M:%S}"
+        if self.text is None:
+            return raw_time(ms)
         return f"{self.text}.{ms % 1000:03d}"
 
 
@@ -238,7 +251,7 @@ def row_lines(
     limit = layout.data
     clock = _Clock()
     indent = " " * (layout.seq + len(GAP))
-    blank = " " * (layout.seq + (len(GAP) + TIME_WIDTH if layout.time else 0) + layout.type)
+    blank = " " * (layout.seq + (len(GAP) + layout.time_width if layout.time else 0) + layout.type)
     blank += " " * (3 * len(GAP) + layout.surface)
     # A type cell (text, style, padding to the next column) per type: types are few.
     types: dict[str, tuple[str, str, str]] = {}
@@ -255,7 +268,7 @@ def row_lines(
             cell = types[kind] = (kind, style, " " * (layout.type - _cells(kind)) + GAP)
         lead = seq.rjust(layout.seq) + GAP
         if layout.time:
-            lead += clock(event.time) + GAP
+            lead += clock(event.time).ljust(layout.time_width) + GAP
         wrapped = [sources]
         if limit is not None and len(sources) > layout.sources:
             wrapped = _wrap(sources, layout.sources)

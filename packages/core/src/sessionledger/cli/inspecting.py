@@ -63,6 +63,7 @@ __all__ = [
     "next_page_command",
     "open_turn",
     "show",
+    "stale_hint",
     "stats",
     "stored_header",
     "transcript_command",
@@ -122,11 +123,29 @@ async def list_sessions(args: argparse.Namespace) -> int:
         console.print(
             f"unreadable: {', '.join(broken)}; 'sessionledger verify ID' says why", markup=False
         )
+    stale = sum(1 for info in page.sessions if info.stale and not info.problem)
+    if stale:
+        console.print(stale_hint(args, stale), markup=False, soft_wrap=True)
     if page.next is not None:
         # Soft-wrapped: a terminal folds it without line breaks, so it copies whole.
         more = f"more: {next_page_command(args, query, page.next)}"
         console.print(more, markup=False, soft_wrap=True)
     return 0
+
+
+def stale_hint(args: argparse.Namespace, count: int) -> str:
+    """Say that *count* listed summaries were computed from their logs (the store's were
+    missing or out of date; ``ls`` writes nothing), and which command stores them."""
+    words = ["sessionledger", "--store", args.store_url]
+    for spec in args.plugin_specs:
+        words += ["--plugin", spec]
+    one = count == 1
+    return (
+        f"{plural(count, 'session')} listed from {'its log' if one else 'their logs'}: "
+        f"the store's {'summary' if one else 'summaries'} of {'it is' if one else 'them are'} "
+        f"missing or out of date (listing writes nothing); "
+        f"'{shlex.join([*words, 'reindex'])}' stores {'it' if one else 'them'}"
+    )
 
 
 def listing_query(args: argparse.Namespace) -> SessionQuery:
@@ -221,15 +240,20 @@ def _ls_layout(rows: list[dict[str, Any]], widths: dict[str, int], width: int) -
     longest = max(5, *(len(row["title"] or "") for row in rows))
     fixed = widths["id"] + widths["events"] + widths["state"]
     for created, short_times in ((True, False), (False, False), (False, True)):
-        used = fixed + (TIME_CELLS if created else 0)
-        used += SHORT_TIME_CELLS if short_times else TIME_CELLS
+        used = fixed + (widths["created"] if created else 0)
+        used += widths["short"] if short_times else widths["last"]
         columns = 5 + created  # id, title, events, last activity, state (+ created)
         room = width - used - 2 * (columns - 1)  # no borders: two spaces between columns
         if room >= (TITLE_ROOM_FOR_CREATED if created else TITLE_MIN):
             return _LsLayout(created, min(longest, room), short_times)
     # Without the title: id, events, last activity, state.
-    last = fixed + SHORT_TIME_CELLS + 2 * 3 <= width
+    last = fixed + widths["short"] + 2 * 3 <= width
     return _LsLayout(False, 0, True, last)
+
+
+def _both(ms: int) -> tuple[str, str]:
+    """A last activity with and without its year."""
+    return local_datetime(ms, seconds=False), local_datetime(ms, seconds=False, year=False)
 
 
 def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
@@ -237,10 +261,18 @@ def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
     is cut with an ellipsis. Return the table and what it leaves out ("" for nothing)."""
     states = [_ls_state(row) for row in rows]
     counts = ["?" if row["events"] is None else str(row["events"]) for row in rows]
+    created = [local_datetime(row["createdAt"], seconds=False) for row in rows]
+    # A time beyond what a date shows is its epoch ms, which may be wider: never cut.
+    lasts = [
+        (None, None) if row["lastActivity"] is None else _both(row["lastActivity"]) for row in rows
+    ]
     widths = {
         "id": max(2, *(len(row["id"]) for row in rows)),
         "events": max(6, *(len(count) for count in counts)),
         "state": max(5, *(len(state.plain) for state in states)),
+        "created": max(TIME_CELLS, *(len(text) for text in created)),
+        "last": max(TIME_CELLS, *(len(long or "") for long, _ in lasts)),
+        "short": max(SHORT_TIME_CELLS, *(len(short or "") for _, short in lasts)),
     }
     layout = _ls_layout(rows, widths, width)
     left_out = "" if layout.title else "titles" if layout.last else "titles and last activity"
@@ -248,7 +280,7 @@ def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
     # Folded, not cut, should an id alone be wider than the terminal.
     table.add_column("id", no_wrap=False, overflow="fold", min_width=min(widths["id"], width))
     if layout.created:
-        table.add_column("created", no_wrap=True, width=TIME_CELLS)
+        table.add_column("created", no_wrap=True, width=widths["created"])
     if layout.title:
         table.add_column("title", no_wrap=True, overflow="ellipsis", width=layout.title)
     table.add_column("events", justify="right", no_wrap=True, min_width=widths["events"])
@@ -257,20 +289,21 @@ def _ls_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, str]:
         table.add_column(
             "last active" if layout.short_times else "last activity",
             no_wrap=True,
-            min_width=SHORT_TIME_CELLS if layout.short_times else TIME_CELLS,
+            min_width=widths["short"] if layout.short_times else widths["last"],
         )
     table.add_column("state", no_wrap=True, min_width=widths["state"])
-    for row, state, count in zip(rows, states, counts, strict=True):
-        last = row["lastActivity"]
-        when = "" if last is None else local_datetime(last, seconds=False)
+    for row, state, count, made, (long, short) in zip(
+        rows, states, counts, created, lasts, strict=True
+    ):
+        when = (short if layout.short_times else long) or ""
         cells: list[Any] = [Text(row["id"])]
         if layout.created:
-            cells.append(local_datetime(row["createdAt"], seconds=False))
+            cells.append(made)
         if layout.title:
             cells.append(Text(row["title"] or "", no_wrap=True, overflow="ellipsis"))
         cells.append(count)
         if layout.last:
-            cells.append(when[5:] if layout.short_times else when)
+            cells.append(when)
         cells.append(state)
         table.add_row(*cells)
     return table, left_out

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sessionledger import jsoncodec
 from sessionledger.events import APPEND, Replace, SessionEvent
+from sessionledger.snapshot import brief
 from sessionledger.vocabulary import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
@@ -32,11 +33,16 @@ __all__ = [
     "PREVIEW_CHARS",
     "clip",
     "event_preview",
+    "local_moment",
     "local_time",
     "lookup",
     "message_text",
     "printable",
+    "quoted",
+    "raw_time",
     "seq_ranges",
+    "shown",
+    "shows_as_date",
     "surface_op_text",
 ]
 
@@ -61,9 +67,37 @@ def clip(text: str, limit: int | None = PREVIEW_CHARS) -> str:
     return flat[: max(limit - 1, 0)] + "…"
 
 
+#: Epoch milliseconds every time zone shows as a date of the years 1 to 9999 (with two
+#: days to spare at each end); a time outside is checked one by one (``local_moment``).
+_DATED: Final = range(-62_135_596_800_000 + 2 * 86_400_000, 253_402_300_800_000 - 2 * 86_400_000)
+
+
+def local_moment(ms: int) -> datetime | None:
+    """Return epoch milliseconds as a local ``datetime``, or None for a time no
+    ``datetime`` holds (beyond the years 1 to 9999). The ledger accepts any time within
+    ±(2**53 - 1) ms, some 285,000 years either way (docs/events.md, "the envelope"), and
+    every command shows what the ledger accepted (``raw_time``)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def shows_as_date(ms: int) -> bool:
+    """Whether ``local_moment`` has a date for *ms* (cheap for the common case)."""
+    return ms in _DATED or local_moment(ms) is not None
+
+
+def raw_time(ms: int) -> str:
+    """Return a time no date can show as its epoch milliseconds (``8640000000000000 ms``)."""
+    return f"{ms} ms"
+
+
 def local_time(ms: int) -> str:
-    """Return epoch milliseconds as local ``HH:MM:SS.mmm``."""
-    moment = datetime.fromtimestamp(ms / 1000)
+    """Return epoch milliseconds as local ``HH:MM:SS.mmm`` (``raw_time`` beyond dates)."""
+    moment = local_moment(ms)
+    if moment is None:
+        return raw_time(ms)
     return f"{moment:%H:%M:%S}.{ms % 1000:03d}"
 
 
@@ -98,7 +132,23 @@ def _compact_json(value: Any) -> str:
     try:
         return jsoncodec.dumps(value).decode()
     except Exception:
-        return repr(value)
+        return brief(value)  # not a JSON value: described, never ``repr``'d (any depth)
+
+
+def shown(value: Any) -> str:
+    """Return a value read from a log as text: a string as it is, a number, ``true`` or
+    ``None`` as ``str`` writes it, anything else as compact JSON. Never ``repr`` of a
+    container, which recurses: the ledger accepts values nested far deeper."""
+    if type(value) is str:
+        return value
+    if value is None or type(value) in (bool, int, float):
+        return str(value)
+    return _compact_json(value)
+
+
+def quoted(value: Any) -> str:
+    """Return a string in quotes (``repr``), anything else as ``shown`` does."""
+    return repr(value) if type(value) is str else shown(value)
 
 
 def message_text(message: Any) -> str:
@@ -108,33 +158,34 @@ def message_text(message: Any) -> str:
     for block in content if isinstance(content, tuple | list) else ():
         kind = lookup(block, "type")
         if kind == "text":
-            parts.append(str(lookup(block, "text") or ""))
+            parts.append(shown(lookup(block, "text") or ""))
         elif kind == "reasoning":
-            parts.append(f"(thinking) {lookup(block, 'text') or ''}")
+            parts.append(f"(thinking) {shown(lookup(block, 'text') or '')}")
         elif kind == "tool-call":
-            parts.append(f"→ {lookup(block, 'name')}({lookup(block, 'arguments') or ''})")
+            name, arguments = lookup(block, "name"), lookup(block, "arguments") or ""
+            parts.append(f"→ {shown(name)}({shown(arguments)})")
         elif kind == "tool-result":
             error = " [error]" if lookup(block, "isError") is True else ""
             parts.append(f"{message_text(block)}{error}")
         elif kind is not None:
-            parts.append(f"[{kind}]")
+            parts.append(f"[{shown(kind)}]")
     return " ".join(part for part in parts if part)
 
 
 def _chunk_preview(chunk: Any) -> str:
     kind = lookup(chunk, "type")
     if kind in ("text-delta", "reasoning-delta"):
-        return f"{kind} {lookup(chunk, 'text')!r}"
+        return f"{kind} {quoted(lookup(chunk, 'text'))}"
     if kind == "tool-call-delta":
         name = lookup(chunk, "name")
-        named = f" {name}" if name else ""
-        return f"{kind}{named} {lookup(chunk, 'argumentsDelta')!r}"
+        named = f" {shown(name)}" if name else ""
+        return f"{kind}{named} {quoted(lookup(chunk, 'argumentsDelta'))}"
     if kind == "block-start":
-        return f"block-start {lookup(chunk, 'blockType')}"
+        return f"block-start {shown(lookup(chunk, 'blockType'))}"
     if kind == "block-end":
-        return f"block-end {lookup(lookup(chunk, 'block'), 'type')}"
+        return f"block-end {shown(lookup(lookup(chunk, 'block'), 'type'))}"
     if kind == "finish":
-        return f"finish {lookup(chunk, 'reason')}"
+        return f"finish {shown(lookup(chunk, 'reason'))}"
     return _compact_json(chunk)
 
 
@@ -145,31 +196,34 @@ def event_preview(event: SessionEvent, limit: int | None = PREVIEW_CHARS) -> str
     text: str
     if kind in (TURN_START, STEP_START, STEP_END):
         step = lookup(data, "step")
-        text = f"turn {lookup(data, 'turn')}" + (f" step {step}" if step is not None else "")
+        text = f"turn {shown(lookup(data, 'turn'))}"
+        text += f" step {shown(step)}" if step is not None else ""
     elif kind == TURN_END:
         reason = lookup(data, "reason")
-        text = f"turn {lookup(data, 'turn')} {lookup(reason, 'kind')}"
+        text = f"turn {shown(lookup(data, 'turn'))} {shown(lookup(reason, 'kind'))}"
     elif kind == USER_MESSAGE:
         source = lookup(data, "source")
-        origin = lookup(source, "kind")
+        origin = shown(lookup(source, "kind"))
         if origin == "plugin":
-            origin = f"plugin {lookup(source, 'plugin')}"
+            origin = f"plugin {shown(lookup(source, 'plugin'))}"
         text = f"({origin}) {message_text(data)}"
     elif kind == ASSISTANT_MESSAGE:
         text = message_text(lookup(data, "message"))
     elif kind == ASSISTANT_CHUNK:
         text = _chunk_preview(lookup(data, "chunk"))
     elif kind == TOOL_CALL:
-        text = f"{lookup(data, 'callId')} {lookup(data, 'name')}({lookup(data, 'arguments')})"
+        call, name = shown(lookup(data, "callId")), shown(lookup(data, "name"))
+        text = f"{call} {name}({shown(lookup(data, 'arguments'))})"
     elif kind == TOOL_RESULT:
         error = lookup(data, "error")
-        code = f"[{lookup(error, 'code')}] " if error is not None else ""
+        code = f"[{shown(lookup(error, 'code'))}] " if error is not None else ""
         text = code + message_text(lookup(data, "message"))
     elif kind == REQUEST_HEADER:
         config = lookup(lookup(data, "header"), "config")
-        text = f"{lookup(data, 'reason')}: {lookup(config, 'provider')}/{lookup(config, 'model')}"
+        model = f"{shown(lookup(config, 'provider'))}/{shown(lookup(config, 'model'))}"
+        text = f"{shown(lookup(data, 'reason'))}: {model}"
     elif kind == REQUEST_CONTEXT:
-        text = f"{lookup(data, 'provider')}/{lookup(data, 'model')}"
+        text = f"{shown(lookup(data, 'provider'))}/{shown(lookup(data, 'model'))}"
     else:
         text = _compact_json(data)
     return clip(text, limit)

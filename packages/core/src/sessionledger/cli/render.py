@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -29,10 +28,13 @@ from sessionledger.cli.eventlog import WHOLE_WIDTH, EventLog, write_event_log
 from sessionledger.cli.preview import (
     PREVIEW_CHARS,
     event_preview,
+    local_moment,
     local_time,
     lookup,
     message_text,
+    raw_time,
     seq_ranges,
+    shown,
     surface_op_text,
 )
 from sessionledger.cli.preview import (
@@ -123,10 +125,14 @@ def write_jsonl(values: Iterable[Any]) -> None:
 # -- small formatters --------------------------------------------------------------------
 
 
-def local_datetime(ms: int, *, seconds: bool = True) -> str:
-    """Return epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` (or without seconds)."""
-    moment = datetime.fromtimestamp(ms / 1000)
-    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
+def local_datetime(ms: int, *, seconds: bool = True, year: bool = True) -> str:
+    """Return epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` (or without seconds, or
+    without the year); a time no date can show as its epoch milliseconds (``raw_time``)."""
+    moment = local_moment(ms)
+    if moment is None:
+        return raw_time(ms)
+    shown = f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
+    return shown if year else shown.split("-", 1)[1]
 
 
 # -- tables ----------------------------------------------------------------------------
@@ -164,7 +170,7 @@ def surface_table(
             str(position),
             str(seq),
             event.type,
-            str(lookup(message, "role")),
+            Text(shown(lookup(message, "role"))),
             _cell(clip_text(message_text(message))),
         )
     return table
@@ -184,12 +190,12 @@ def message_table(
     table.add_column("content", overflow="fold")
     for position, message in enumerate(messages):
         source = lookup(message, "source")
-        origin = str(lookup(source, "kind"))
+        origin = shown(lookup(source, "kind"))
         detail = lookup(source, "plugin") or lookup(source, "model") or lookup(source, "callId")
         table.add_row(
             str(position),
-            str(lookup(message, "role")),
-            f"{origin} {detail}" if detail else origin,
+            Text(shown(lookup(message, "role"))),
+            Text(f"{origin} {shown(detail)}" if detail else origin),
             Text(message_text(message) if clip is None else clip_text(message_text(message), clip)),
         )
     return table
@@ -213,7 +219,7 @@ def describe_sources(events: Sequence[SessionEvent], event: SessionEvent) -> str
     elif event.type == TOOL_RESULT:
         call = events[sources[0]]
         name, call_id = lookup(call.data, "name"), lookup(call.data, "callId")
-        return f"answers tool/call {call.seq} ({name} {call_id})"
+        return f"answers tool/call {call.seq} ({shown(name)} {shown(call_id)})"
     else:
         what = "cites"
     return f"{what} seq {seq_ranges(sources)} ({cited})"
