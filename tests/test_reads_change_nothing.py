@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from sessionledger import Ledger, jsoncodec, user_message
+from sessionledger import Ledger, SessionNotFoundError, jsoncodec, user_message
 from sessionledger.cli.__main__ import main
 from sessionledger.events import MAX_SAFE_INTEGER
 from sessionledger.ledger import open_store
@@ -633,3 +633,43 @@ def test_a_listing_bound_the_next_page_could_not_name_is_a_bad_query() -> None:
         assert run.code == 2, run.err
         assert run.err.startswith("error: BAD_QUERY: "), run.err
     assert in_process(url, ["ls", "--since", "9999w", "--limit", "1"]).code == 0
+
+
+def test_reading_a_postgresql_schema_that_does_not_exist_creates_nothing(pg_url: str) -> None:
+    # The schema is made by the first write; a read before it (every read API and the
+    # read-only commands) answers "nothing stored" and leaves the database as it was.
+    from sessionledger_postgres.testing import with_options
+
+    schema = f"absent_{uuid.uuid4().hex[:12]}"
+    url = with_options(pg_url, schema=schema)
+
+    async def schemas() -> list[str]:
+        conn = await pg_connect(url)
+        try:
+            return [row[0] for row in await conn.fetch("SELECT nspname FROM pg_namespace")]
+        finally:
+            await conn.close()
+
+    async def read_everything() -> None:
+        store = open_store(url)
+        try:
+            assert await store.list() == []
+            assert (await store.list_sessions()).sessions == ()
+            assert await store.search("hello") == []
+            assert await store.audit() == []
+            assert await store.revision("s") is None
+            assert (await store.prune(keep_last=0)).sessions == ()
+            with pytest.raises(SessionNotFoundError):
+                await store.inspect("s")
+            with pytest.raises(SessionNotFoundError):
+                await store.read_from("s", 0)
+        finally:
+            await store.close()
+
+    before = asyncio.run(schemas())
+    assert schema not in before
+    asyncio.run(read_everything())
+    for words, code in ((["ls", "--json"], 0), (["search", "hello"], 0), (["show", "s"], 2)):
+        run = in_process(url, words)
+        assert run.code == code, (words, run.out, run.err)
+    assert asyncio.run(schemas()) == before

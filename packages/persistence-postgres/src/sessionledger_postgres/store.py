@@ -112,6 +112,7 @@ class PostgresLogStore(LogStore):
         self._command_timeout = None if command_timeout is None else float(command_timeout)
         self._location = f"{options.redact(dsn)} (schema {self._schema})"
         self._pool: asyncpg.Pool | None = None
+        self._prepared = False  # the schema is checked (and created, for a write)
         self._gate = asyncio.Lock()
         self._shut = False
         self._claims = self._new_claims()
@@ -149,6 +150,7 @@ class PostgresLogStore(LogStore):
             )
         self._pid, self._loop = os.getpid(), loop
         self._pool = None
+        self._prepared = False
         self._gate = asyncio.Lock()
         self._claims = self._new_claims()
 
@@ -169,28 +171,39 @@ class PostgresLogStore(LogStore):
                 f"cannot connect to PostgreSQL at {self._location}: {error}"
             ) from error
 
-    async def _get_pool(self) -> asyncpg.Pool:
+    async def _get_pool(self, *, prepare: bool = True) -> asyncpg.Pool | None:
+        """The pool, on a schema checked to be this build's. A write (*prepare*) creates
+        the schema when it is missing (or upgrades a v1 one when asked); a read creates
+        nothing and gets None while there is no schema to read (docs/listing.md,
+        "reading never writes")."""
         self._here()
         async with self._gate:
             if self._shut:
                 raise ConfigError(f"PostgreSQL store {self._location} is closed")
-            if self._pool is not None:
-                return self._pool
-            pool = await self._create_pool(None)
+            pool = self._pool
+            if pool is None:
+                pool = await self._create_pool(None)
             try:
-                async with pool.acquire() as conn:
-                    await schema_module.prepare(
-                        conn, self._schema, upgrade_v1 if self._upgrade else None
-                    )
-                    durable = await conn.fetchval(_SYNCHRONOUS_COMMIT) != "off"
-                if not durable:
-                    # The server (or the URL) acknowledges commits before they are flushed;
-                    # appends must resolve only after durability. A startup
-                    # setting, unlike SET, survives the pool's RESET ALL between uses.
-                    await pool.close()
-                    pool = await self._create_pool({"synchronous_commit": "on"})
+                if not self._prepared:
+                    async with pool.acquire() as conn:
+                        if prepare or self._upgrade:  # an upgrade writes: a read asks for it
+                            await schema_module.prepare(
+                                conn, self._schema, upgrade_v1 if self._upgrade else None
+                            )
+                        elif await schema_module.inspect_schema(conn, self._schema) is None:
+                            self._pool = pool  # kept: the next call looks again
+                            return None
+                        durable = await conn.fetchval(_SYNCHRONOUS_COMMIT) != "off"
+                    if not durable:
+                        # The server (or the URL) acknowledges commits before they are
+                        # flushed; appends must resolve only after durability. A startup
+                        # setting, unlike SET, survives the pool's RESET ALL between uses.
+                        await pool.close()
+                        pool = await self._create_pool({"synchronous_commit": "on"})
+                    self._prepared = True
             except BaseException as error:
                 pool.terminate()
+                self._pool = None
                 if isinstance(error, Exception):
                     raise translate(error, self._location) from error
                 raise
@@ -202,6 +215,27 @@ class PostgresLogStore(LogStore):
         """Lend a pooled connection for the body; translate driver errors on the way out."""
         # Public for white-box tests of connection settings; the primitives use it too.
         pool = await self._get_pool()
+        assert pool is not None  # a write's pool always has its schema
+        async with self._lent(pool, session_id) as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _reading(
+        self, session_id: str | None = None
+    ) -> AsyncIterator[PoolConnectionProxy | None]:
+        """Lend a pooled connection for a read, or None while the schema does not exist:
+        reading creates nothing."""
+        pool = await self._get_pool(prepare=False)
+        if pool is None:
+            yield None
+            return
+        async with self._lent(pool, session_id) as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _lent(
+        self, pool: asyncpg.Pool, session_id: str | None
+    ) -> AsyncIterator[PoolConnectionProxy]:
         try:
             async with pool.acquire() as conn:
                 yield conn
@@ -236,28 +270,32 @@ class PostgresLogStore(LogStore):
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         if rows.text_flaw(session_id) is not None:
             return None  # such an id can never have been stored
-        async with (
-            self.connection(session_id) as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            head = await conn.fetchrow(self._sql.select_session, session_id)
-            if head is None:
+        async with self._reading(session_id) as conn:
+            if conn is None:
                 return None
-            if from_seq > 0:
-                found = await conn.fetch(self._sql.select_events_from, session_id, from_seq)
-            else:
-                found = await conn.fetch(self._sql.select_events, session_id)
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                head = await conn.fetchrow(self._sql.select_session, session_id)
+                if head is None:
+                    return None
+                if from_seq > 0:
+                    found = await conn.fetch(self._sql.select_events_from, session_id, from_seq)
+                else:
+                    found = await conn.fetch(self._sql.select_events, session_id)
         return raw_log(head, found, self._location)
 
     async def read_revision(self, session_id: str) -> str | None:
         if rows.text_flaw(session_id) is not None:
             return None
-        async with self.connection(session_id) as conn:
+        async with self._reading(session_id) as conn:
+            if conn is None:
+                return None
             row = await conn.fetchrow(self._sql.revision, session_id)
         return None if row is None else rows.revision_string(row[0], row[1])
 
     async def list_headers(self) -> list[tuple[Mapping[str, Any], str]]:
-        async with self.connection() as conn:
+        async with self._reading() as conn:
+            if conn is None:
+                return []
             found = await conn.fetch(self._sql.select_headers)
         return [(rows.header_json(row), rows.revision_string(row[9], row[10])) for row in found]
 
@@ -334,7 +372,9 @@ class PostgresLogStore(LogStore):
     # -- listing, search, retention (docs/listing.md) -------------------------------------
 
     async def list_summaries(self) -> list[StoredSummary]:
-        async with self.connection() as conn:
+        async with self._reading() as conn:
+            if conn is None:
+                return []
             found = await conn.fetch(self._sql.select_summaries)
         return [queries.stored_summary(row) for row in found]
 
@@ -348,20 +388,20 @@ class PostgresLogStore(LogStore):
         sql, args = built
         wanted = None if query.limit is None else query.limit + 1
         chosen: list[StoredSummary] = []
-        async with (
-            self.connection() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            if await conn.fetchval(self._sql.unsummarized):
-                return None  # the policy computes them for this listing (reindex stores them)
-            prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
-            async for row in conn.cursor(sql, *args, prefetch=prefetch):
-                stored = queries.stored_summary(row)
-                if not queries.listable(stored, query):
-                    continue
-                chosen.append(stored)
-                if wanted is not None and len(chosen) >= wanted:
-                    break
+        async with self._reading() as conn:
+            if conn is None:
+                return []
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                if await conn.fetchval(self._sql.unsummarized):
+                    return None  # the policy computes them for this listing (reindex stores them)
+                prefetch = 100 if wanted is None else min(max(wanted, 16), 1000)
+                async for row in conn.cursor(sql, *args, prefetch=prefetch):
+                    stored = queries.stored_summary(row)
+                    if not queries.listable(stored, query):
+                        continue
+                    chosen.append(stored)
+                    if wanted is not None and len(chosen) >= wanted:
+                        break
         return chosen
 
     async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
@@ -369,7 +409,9 @@ class PostgresLogStore(LogStore):
         if query.session is not None and rows.text_flaw(query.session) is not None:
             return []  # no stored session has such an id
         sql, args = queries.search(self._sql.search, query)
-        async with self.connection(query.session) as conn:
+        async with self._reading(query.session) as conn:
+            if conn is None:
+                return []
             found = await conn.fetch(sql, *args)
         return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
 
@@ -402,7 +444,9 @@ class PostgresLogStore(LogStore):
         per-row headers and index entries: what deleting it frees, roughly."""
         if rows.text_flaw(session_id) is not None:
             return None
-        async with self.connection(session_id) as conn:
+        async with self._reading(session_id) as conn:
+            if conn is None:
+                return None
             size = await conn.fetchval(self._sql.stored_bytes, session_id)
         return None if size is None else int(size)
 
@@ -412,7 +456,9 @@ class PostgresLogStore(LogStore):
             await conn.execute(self._sql.append_audit, text)  # autocommit: durable on return
 
     async def read_audit(self) -> list[Mapping[str, Any]]:
-        async with self.connection() as conn:
+        async with self._reading() as conn:
+            if conn is None:
+                return []
             found = await conn.fetch(self._sql.read_audit)
         records: list[Mapping[str, Any]] = []
         for row in found:
