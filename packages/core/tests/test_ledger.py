@@ -166,6 +166,31 @@ async def test_a_failed_close_keeps_the_events_queued_and_the_next_close_writes_
     await ledger.close()
 
 
+async def test_a_session_whose_events_cannot_land_is_given_up_and_its_events_handed_back() -> None:
+    faulty = FaultyStore(MemoryLogStore())
+    ledger = Ledger(persistence=SessionPersistence(faulty), load_entrypoints=False)
+    session = ledger.create("refused")
+    closed_turn(session, 1)
+    await ledger.flush(session)
+    stored = len(session.events)
+    closed_turn(session, 2)
+    unwritten = session.events[stored:]
+    faulty.before_write = lambda write: (_ for _ in ()).throw(OSError(errno.EIO, "refused"))
+    with pytest.raises(OSError, match="refused"):
+        await ledger.release(session)  # a plain release flushes first: it fails, still live
+    assert ledger.get("refused") is session
+    assert await ledger.release(session, discard=True) == list(unwritten)
+    assert ledger.get("refused") is None
+    faulty.before_write = None
+    other = SessionPersistence(faulty)  # the claim went with the release
+    assert (await other.load("refused")).events == session.events[:stored]
+    await other.close()
+    fine = ledger.create("fine")
+    closed_turn(fine, 1)
+    assert await ledger.release(fine, discard=True) == []  # written: nothing handed back
+    await ledger.close()
+
+
 async def test_a_cancelled_close_goes_on_and_concurrent_closes_share_it() -> None:
     store: MemoryStore = {}
     ledger = memory_ledger(store)

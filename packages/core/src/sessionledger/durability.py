@@ -170,6 +170,11 @@ class Durability:
         writer = self._writers.get(session)
         return 0 if writer is None else writer.pending
 
+    def unwritten(self, session: Session) -> list[SessionEvent]:
+        """Return *session*'s events committed and not yet durable, oldest first."""
+        writer = self._writers.get(session)
+        return [] if writer is None else writer.unwritten()
+
     def backlog(self, session: Session | None = None) -> Backlog:
         """What *session* (or, without one, every session) holds unwritten."""
         if session is None:

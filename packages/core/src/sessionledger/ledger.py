@@ -452,19 +452,33 @@ class Ledger:
             if session is None:
                 raise
 
-    async def release(self, session: Session) -> None:
+    async def release(self, session: Session, *, discard: bool = False) -> list[SessionEvent]:
         """Flush *session*, then stop keeping it live here: the ledger, its plugins and
         the store drop what they hold for it (its claim as the one writer, for one), and the
         object is detached — later appends to it are neither checked nor stored. A
         long-running process calls this when a conversation goes idle; ``resume(id)``
-        brings it back. A failed flush raises and leaves the session live."""
+        brings it back. A failed flush raises and leaves the session live.
+
+        With *discard*, a session whose events cannot be written (another writer took it
+        over, the store refuses them) is let go all the same, and the events that were
+        not written are returned, oldest first, instead of dropped: resume the session to
+        continue from what is stored (docs/durability.md, "closing"). Returns ``[]``
+        when everything was written."""
         self._loop.serve()
         if self._live.get(session.id) is not session:
             raise NotLiveError("session is not live in this ledger", session_id=session.id)
-        await self._flush(session)
+        unwritten: list[SessionEvent] = []
+        try:
+            await self._flush(session)
+        except Exception:
+            if not discard:
+                raise
+            if self._durability is not None:
+                unwritten = self._durability.unwritten(session)
         self._retire(session)
         if self._persistence is not None:
             await uninterrupted(self._persistence.release(session.id, owner=self._owner))
+        return unwritten
 
     async def close(self) -> None:
         """Flush every live session, then close the store; idempotent, and a cancelled

@@ -128,6 +128,12 @@ class WriteBehind:
         in_flight = len(self._in_flight) if self._in_flight is not None else 0
         return len(self._pending) + in_flight
 
+    def unwritten(self) -> list[SessionEvent]:
+        """Return the events admitted and not yet durable, oldest first (the batch being
+        written included): what a caller that gives up on them is handed back."""
+        in_flight = self._in_flight if self._in_flight is not None else []
+        return [*in_flight, *self._pending]
+
     @property
     def pending_bytes(self) -> int:
         """Add up the sizes of the events `pending` counts."""

@@ -347,7 +347,8 @@ class Claims:
                 "was lost with its connection to PostgreSQL; nothing is written here while "
                 "that writer holds it. Once it lets go, this store continues the session "
                 "only if that writer wrote nothing (SeqMismatchError otherwise); release the "
-                "session and resume it to continue from what is stored",
+                "session (a ledger: release(session, discard=True)) and resume it to "
+                "continue from what is stored",
                 session_id=session_id,
             )
         return SessionLockedError(
