@@ -954,8 +954,7 @@ async def after_shutdown(
     can be resumed and written again (then deleted)."""
     # What the first run left open lets go of its claims, as the end of its process
     # would (this process goes on; the objects may outlive the loop they ran in).
-    for session_id in [state["writer"], *state["targets"]]:
-        await state["left open"].release(session_id)
+    state["left open"].abandon()
     try:
         return await next_run(make, state, label)
     except LedgerError as error:

@@ -5,7 +5,7 @@ reports on stdout, one line per step. A library error is reported as
 ``error CODE`` and exits 3; anything else crashes with a traceback (exit 1), which the
 parent treats as a failure.
 
-    migrate URL                 open the store (creating its schema), print "ok"
+    migrate URL                 open the store for writing (creating its schema), print "ok"
     append URL ID COUNT         create session ID, append COUNT one-event batches, "ok COUNT"
     fleet URL NAME ROUNDS SESSIONS SEED
                                 one worker of a fleet: per round, resume a random one of
@@ -61,7 +61,9 @@ async def migrate(url: str) -> None:
     wait()
     store = store_for(url)
     try:
-        await store.list()
+        # A write's connection: the first one creates the schema (a read creates nothing).
+        async with store.log_store.connection():
+            pass
     finally:
         await store.close()
     say("ok")

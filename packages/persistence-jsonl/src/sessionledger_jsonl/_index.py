@@ -123,6 +123,7 @@ class SummaryIndex:
                 system.lock_exclusive(fd)
                 if system.status(fd).st_nlink == 0:
                     continue  # a compaction replaced this file while we waited
+                system.check_one_name(fd, INDEX_NAME, root)  # a hard link: not through it
                 size = system.size(fd)
                 if size and system.read_at(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line
