@@ -451,11 +451,17 @@ async def test_prune_deletes_and_audits(make_store: Make) -> None:
 async def test_a_v2_schema_missing_its_text_index_is_refused(
     make_store: Make, pg_url: str, pg_schema: str
 ) -> None:
-    await make_store().list()
+    await schema_made(make_store())
     await sql(dsn_of(pg_url), f'DROP INDEX "{pg_schema}".search_text_words')
     with pytest.raises(FormatUnsupportedError) as refused:
         await make_store().list()
     assert refused.value.code == "FOREIGN_STORE"
+
+
+async def schema_made(store: PostgresPersistence) -> None:
+    """Have *store* create its schema, as its first write does (a read creates nothing)."""
+    async with store.log_store.connection():
+        pass
 
 
 async def v1_copy_of(dsn: str, source: str, target: str) -> None:
@@ -567,7 +573,7 @@ async def test_an_altered_v1_schema_is_not_upgraded(
     make_store: Make, pg_url: str, pg_schema: str
 ) -> None:
     dsn = dsn_of(pg_url)
-    await make_store().list()
+    await schema_made(make_store())
     target = f"{pg_schema}_v1"
     try:
         await v1_copy_of(dsn, pg_schema, target)

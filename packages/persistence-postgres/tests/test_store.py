@@ -223,12 +223,15 @@ async def test_an_unreachable_server_is_a_config_error(tmp_path: Path) -> None:
 # -- schema creation, identity, versions ------------------------------------------------------
 
 
-async def test_first_use_creates_the_current_schema(
+async def test_the_first_write_creates_the_current_schema(
     make_store: Make, pg_url: str, pg_schema: str
 ) -> None:
     store = make_store()
     assert await snapshot_schema(pg_url, pg_schema) == []  # construction touches nothing
     assert await store.list() == []
+    assert await snapshot_schema(pg_url, pg_schema) == []  # nor does a read
+    await store.create(header())
+    await store.append("s1", [note(0)])
     relations = await query(
         pg_url,
         "SELECT relname, relkind::text FROM pg_class c JOIN pg_namespace n "
@@ -323,7 +326,9 @@ async def test_a_foreign_schema_is_refused_without_modification(
 
 
 async def test_an_altered_schema_is_refused(make_store: Make, pg_url: str, pg_schema: str) -> None:
-    await make_store().list()
+    first = make_store()
+    await first.create(header())
+    await first.append("s1", [note(0)])
     await execute(pg_url, f'ALTER TABLE "{pg_schema}".events ADD COLUMN extra int')
     with pytest.raises(FormatUnsupportedError) as refused:
         await make_store().list()
