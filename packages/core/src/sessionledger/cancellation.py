@@ -14,26 +14,49 @@ it). Only the loop's own shutdown (``asyncio.run`` cancels every task) reaches a
 itself, which is why each step also undoes itself when cancelled. Such undoing (a
 rollback, letting a claim go) runs in the task that unwinds, never in a new task: the
 shutdown may cancel a new task before it has run at all.
+
+A task no caller can cancel (``shielded_task``: write-behind's writes, a closing, an
+``uninterrupted`` step itself) runs the steps it awaits inline: only the loop's shutdown
+reaches it, and that reaches a task of their own just the same, so a task per step would
+only cost a loop turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["in_thread", "uninterrupted"]
+__all__ = ["in_thread", "shielded_task", "uninterrupted"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+#: Set in the context of a task no caller can cancel.
+_SHIELDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sessionledger_shielded", default=False
+)
+
+
+def shielded_task(step: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+    """Start *step* as a task that its starter keeps from every caller's cancellation
+    (it awaits it through ``asyncio.shield`` or not at all): steps it runs through
+    ``uninterrupted`` then run inline."""
+    context = contextvars.copy_context()
+    context.run(_SHIELDED.set, True)
+    return asyncio.get_running_loop().create_task(step, context=context)
 
 
 async def uninterrupted(step: Awaitable[_T]) -> _T:
     """Await *step* to its end even if the calling task is cancelled meanwhile: the
     caller then waits for it, and raises ``CancelledError`` once it has ended (its
     result or error is dropped: a step records its own outcome)."""
-    inner = asyncio.ensure_future(step)
+    if _SHIELDED.get():
+        return await step  # no caller can cancel this task: the step is whole as it is
+    inner = shielded_task(step) if asyncio.iscoroutine(step) else asyncio.ensure_future(step)
     try:
         return await asyncio.shield(inner)
     except asyncio.CancelledError:

@@ -73,6 +73,7 @@ class Durability:
         "_limits",
         "_max_pending",
         "_measured",
+        "_measured_size",
         "_owner",
         "_persistence",
         "_tally",
@@ -95,7 +96,8 @@ class Durability:
         self._limits: dict[Session, int | None] = {}  # each session's largest event
         self._tally = Tally()
         # The last event admit measured, so that record need not measure it again.
-        self._measured: tuple[SessionEvent | None, int] = (None, 0)
+        self._measured: SessionEvent | None = None
+        self._measured_size = 0
 
     def attach(self, session: Session, *, stored_length: int | None) -> None:
         """Start writing *session*: queue whatever of its log is not stored yet (all of
@@ -147,16 +149,17 @@ class Durability:
                 session_id=session.id,
                 seq=event.seq,
             )
-        self._measured = (event, size)
+        self._measured = event
+        self._measured_size = size
 
     def record(self, session: Session, event: SessionEvent) -> None:
         """Queue a committed event of *session* (the ``SessionHooks.recorder``); never
         blocks and never writes by itself."""
         writer = self._writers.get(session)
         if writer is not None:
-            measured, size = self._measured
-            writer.admit(event, size if measured is event else event_bytes(event))
-            self._measured = (None, 0)
+            measured = self._measured is event
+            writer.admit(event, self._measured_size if measured else event_bytes(event))
+            self._measured = None
 
     async def flush(self, session: Session) -> None:
         """Make everything *session* committed so far durable (nothing for a session

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, final
 
+from sessionledger.cancellation import shielded_task
 from sessionledger.errors import ConfigError
 
 __all__ = ["Closing", "LoopBinding", "cancelled_under_caller", "count_events", "note_unwritten"]
@@ -87,7 +88,7 @@ class Closing:
         while True:
             task = self._task
             if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-                task = self._task = asyncio.get_running_loop().create_task(self._run(work))
+                task = self._task = shielded_task(self._run(work))  # callers: shielded
                 task.add_done_callback(_settled)
             try:
                 await asyncio.shield(task)

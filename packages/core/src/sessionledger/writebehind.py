@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, final
 
 from sessionledger._failpoints import failpoint
+from sessionledger.cancellation import shielded_task
 from sessionledger.errors import ConfigError, NotLiveError
 from sessionledger.events import SessionEvent
 from sessionledger.lifecycle import cancelled_under_caller
@@ -204,7 +205,7 @@ class WriteBehind:
         self._cancel_timer()
         self._deadline_expired = False
         self._paused = False
-        barrier = asyncio.get_running_loop().create_task(self._drain())
+        barrier = shielded_task(self._drain())  # flush's callers await it shielded
         self._barrier = barrier
         self._keep(barrier)
         barrier.add_done_callback(_consume_outcome)
@@ -316,7 +317,7 @@ class WriteBehind:
 
     def _start_background(self) -> None:
         batch = self._take()
-        task = asyncio.get_running_loop().create_task(self._write_in_background(batch))
+        task = shielded_task(self._write_in_background(batch))  # nobody's to cancel
         self._active = task
         self._keep(task)
 
