@@ -26,6 +26,7 @@ from sessionledger import (
 from sessionledger.events import parse_source_event_seqs, parse_surface_op
 from sessionledger.snapshot import MAX_SAFE_INTEGER
 from sessionledger.testing.strategies import json_values
+from sessionledger.vocabulary import RESERVED_TYPES
 
 BASE = {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}
 
@@ -173,7 +174,9 @@ def test_to_json_serializes_with_orjson() -> None:
 
 
 @given(
-    st.text(min_size=1).filter(lambda t: not any(0xD800 <= ord(c) <= 0xDFFF for c in t)),
+    st.text(min_size=1).filter(
+        lambda t: t not in RESERVED_TYPES and not any(0xD800 <= ord(c) <= 0xDFFF for c in t)
+    ),
     st.integers(0, MAX_SAFE_INTEGER),
     st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
     json_values(),
