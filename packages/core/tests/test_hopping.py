@@ -179,3 +179,46 @@ def test_first_uses_from_many_loops_at_once_bind_one() -> None:
         thread.join(FAST)
     assert len(loops) == 4
     assert len(set(map(id, loops))) == 1
+
+
+def _message(text: str) -> dict[str, object]:
+    return {
+        "id": text,
+        "role": "user",
+        "content": [{"type": "text", "text": text}],
+        "source": {"kind": "user"},
+    }
+
+
+@pytest.mark.parametrize("store", ["sqlite", "jsonl"])
+def test_append_and_flush_from_outside_the_ledgers_loop_are_refused_whole(
+    tmp_path: Path, store: str
+) -> None:
+    url = f"{store}:{tmp_path / store}"
+    with LedgerThread(url, write_delay_ms=5) as running:
+        session = running.call(lambda: running.ledger.resume_or_create("s"))
+
+        async def on_its_loop(text: str) -> None:
+            session.append("user/message", _message(text), surface_op="append")
+            await running.ledger.flush(session)
+
+        running.call(lambda: on_its_loop("one"))
+        length = session.seq
+
+        async def from_another_loop() -> None:
+            with pytest.raises(ConfigError, match="outside the event loop"):
+                session.append("user/message", _message("two"), surface_op="append")
+            with pytest.raises(ConfigError, match="first used on"):
+                await running.ledger.flush(session)
+            await asyncio.sleep(0.05)  # no write-behind timer was armed here
+
+        asyncio.run(from_another_loop())
+        with pytest.raises(ConfigError, match="outside the event loop"):  # no loop here
+            session.append("user/message", _message("three"), surface_op="append")
+        assert session.seq == length  # nothing was committed
+        assert running.ledger.backlog(session).events == 0
+        running.call(lambda: on_its_loop("four"))  # its own loop still appends and flushes
+    with LedgerThread(url) as again:
+        stored = again.call(lambda: again.ledger.inspect("s"))
+        log = stored.event_log()
+        assert [e.data["id"] for e in log if e.type == "user/message"] == ["one", "four"]
