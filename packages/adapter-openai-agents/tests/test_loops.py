@@ -130,3 +130,47 @@ async def test_the_title_and_meta_reach_the_listing(tmp_path: Path) -> None:
         [listed] = page.sessions
         assert listed.header.title == "Trip planning"
         assert listed.header.meta == {"adapter": "sessionledger-openai-agents", "user": "ann"}
+
+
+def _batches(texts: list[str]) -> list[int]:
+    """The attempts whose batch is stored, in order; each batch must be stored whole."""
+    pairs = [texts[i : i + 2] for i in range(0, len(texts), 2)]
+    assert all(pair == [f"{pair[0][:-1]}a", f"{pair[0][:-1]}b"] for pair in pairs)
+    return [int(pair[0][:-1]) for pair in pairs]
+
+
+def test_a_cancelled_caller_on_another_loop_sees_the_call_settled(url: str) -> None:
+    """Callers on another loop cancelled at staggered moments: each batch is stored whole
+    or not at all, every call that returned is stored, and a caller that saw
+    ``CancelledError`` saw it only once its batch had landed or never would."""
+    with LedgerThread(url) as ledger_thread:
+        session = LedgerSession("cancelled", ledger_thread.ledger)
+        returned: list[int] = []
+        stored_when_cancelled: dict[int, bool] = {}
+
+        def stored_now() -> list[int]:
+            return _batches([item["content"] for item in ledger_thread.call(session.get_items)])
+
+        async def attempt(n: int) -> None:
+            batch: Any = [
+                {"role": "user", "content": f"{n}a"},
+                {"role": "user", "content": f"{n}b"},
+            ]
+            task = asyncio.create_task(session.add_items(batch))
+            await asyncio.sleep(n * 0.002)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                stored_when_cancelled[n] = n in stored_now()
+            else:
+                returned.append(n)
+
+        for n in range(12):
+            asyncio.run(attempt(n))
+        time.sleep(0.1)  # anything still running on the ledger's loop lands meanwhile
+        stored = stored_now()
+    assert stored == sorted(set(stored))  # each batch once, in order
+    assert set(returned) <= set(stored)
+    for n, was_stored in stored_when_cancelled.items():
+        assert (n in stored) == was_stored, n

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -110,7 +111,7 @@ async def on_ledger_loop(ledger: Ledger, call: Callable[[], Awaitable[T]]) -> T:
             await asyncio.wait((ended,), timeout=_WATCH)
         except asyncio.CancelledError:
             if handoff.withdraw():  # started: let it end whole, then report the cancel
-                await _until_settled(handoff, ledger_loop)
+                await _until_settled(handoff, ended, ledger_loop)
             raise
         if handoff.future.done():
             return handoff.outcome()
@@ -119,13 +120,13 @@ async def on_ledger_loop(ledger: Ledger, call: Callable[[], Awaitable[T]]) -> T:
             raise _not_running(started=handoff.started)
 
 
-async def _until_settled(handoff: _Handoff[T], ledger_loop: asyncio.AbstractEventLoop) -> None:
+async def _until_settled(
+    handoff: _Handoff[T], ended: asyncio.Future[T], ledger_loop: asyncio.AbstractEventLoop
+) -> None:
     """Wait, whatever cancels the caller meanwhile, for the call to end or its loop to stop."""
     while not (handoff.future.done() or handoff.lost(ledger_loop)):
-        try:
-            await asyncio.sleep(_WATCH)
-        except asyncio.CancelledError:
-            continue
+        with contextlib.suppress(asyncio.CancelledError):  # the caller re-raises it after
+            await asyncio.wait((ended,), timeout=_WATCH)
 
 
 def wait_on_ledger_loop(ledger: Ledger, call: Callable[[], Awaitable[T]]) -> T:
