@@ -52,6 +52,7 @@ CODES: dict[str, set[str]] = {
     "StorageRowError": {"BAD_STORAGE_ROW"},
     "SessionLockedError": {"LOCKED"},
     "ConfigError": {"CONFIG"},
+    "LedgerLoopError": {"LOOP_NOT_RUNNING", "LOOP_WOULD_BLOCK"},
     "EventDataError": {"BAD_DATA", "TOO_LARGE"},
     "BacklogFullError": {"BACKLOG_FULL"},
     "ResourceLimitError": {"RESOURCE_LIMIT"},

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Future
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from sessionledger import Ledger, Replace, Session, snapshot
+from sessionledger import Ledger, LedgerLoopError, Replace, Session, snapshot
+from sessionledger.hopping import LedgerThread as CoreLedgerThread
+from sessionledger.hopping import on_ledger_loop, wait_on_ledger_loop
 from sessionledger_langchain._mapping import (
     Planner,
     TurnState,
@@ -27,24 +28,34 @@ T = TypeVar("T")
 class LedgerChatMessageHistory(BaseChatMessageHistory):
     """The chat history of session *session_id* in *ledger*.
 
-    The async methods run on the event loop the ledger lives on: *loop* when given, else
-    the loop running when the history was built, else the one running at the first async
-    call. From another loop or thread they hop onto it. The sync methods (``messages``,
-    ``add_messages``, ``clear``) submit the same coroutines to that loop and wait, so they
-    need a ledger whose loop runs in another thread: a :class:`LedgerThread`.
+    The async methods run on the event loop the ledger serves (the loop running when the
+    history was built binds a ledger that serves none yet; *loop*, the ledger's loop, is
+    accepted for compatibility). From another loop or thread they are handed to it and
+    wait there (``sessionledger.hopping``). The sync methods (``messages``,
+    ``add_messages``, ``clear``) hand the same coroutines over and wait, so they need a
+    ledger whose loop runs in another thread: a :class:`LedgerThread`. When the ledger's
+    loop is not running, every method raises ``LedgerLoopError`` instead of waiting.
+    ``title`` and ``meta`` describe a session this history creates (``sessionledger ls``
+    shows them); a stored session keeps its own.
     """
 
     def __init__(
-        self, session_id: str, ledger: Ledger, *, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        session_id: str,
+        ledger: Ledger,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
         self.ledger = ledger
         if loop is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
+            with contextlib.suppress(LedgerLoopError):
+                loop = ledger.serving_loop()  # binds the running loop if none is served
         self._loop = loop
+        self._title = title
+        self._meta = meta
         self._session: Session | None = None
         self._state = TurnState()
         self._processed = 0
@@ -54,7 +65,9 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
     async def _live(self) -> Session:
         session = self.ledger.get(self.session_id)
         if session is None:
-            session = await self.ledger.resume_or_create(self.session_id)
+            session = await self.ledger.resume_or_create(
+                self.session_id, title=self._title, meta=self._meta
+            )
         if session is not self._session:  # first use, or resumed again after a release
             self._session, self._state, self._processed = session, TurnState(), 0
         for event in session.events_from(self._processed):
@@ -100,38 +113,19 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
     # --- reaching the ledger's loop ---------------------------------------------------
 
     async def _on_loop(self, call: Callable[[], Awaitable[T]]) -> T:
-        running = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = running
-        if self._loop is running:
-            return await call()
-        return await asyncio.wrap_future(self._submit(call))
-
-    def _submit(self, call: Callable[[], Awaitable[T]]) -> Future[T]:
-        async def run() -> T:
-            return await call()
-
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+        return await on_ledger_loop(self.ledger, call)
 
     def _wait(self, call: Callable[[], Awaitable[T]]) -> T:
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            raise RuntimeError(
-                "the sync methods of LedgerChatMessageHistory need the ledger's event loop "
-                "running in another thread: build the history with LedgerThread.history(), "
-                "or use aget_messages/aadd_messages/aclear"
-            )
         try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            raise RuntimeError(
-                "a sync method of LedgerChatMessageHistory was called on the ledger's own "
-                "event loop, where it would block it: use the async methods there"
-            )
-        return self._submit(call).result()
+            return wait_on_ledger_loop(self.ledger, call)
+        except LedgerLoopError as error:
+            if error.code != "LOOP_NOT_RUNNING":
+                raise
+            raise LedgerLoopError(
+                f"{error}; the sync methods of LedgerChatMessageHistory need the ledger's "
+                "event loop running in another thread: build the history with "
+                "LedgerThread.history(), or use aget_messages/aadd_messages/aclear"
+            ) from error
 
     # --- BaseChatMessageHistory --------------------------------------------------------
 
@@ -162,7 +156,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
         self._wait(self._clear)
 
 
-class LedgerThread:
+class LedgerThread(CoreLedgerThread):
     """A ledger that lives on its own event loop in a daemon thread, for sync code.
 
     ``LedgerThread(url, **options)`` opens ``Ledger.open(url, **options)`` on that loop;
@@ -171,50 +165,16 @@ class LedgerThread:
     flushes it) and stops the thread.
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._run, name="sessionledger-langchain", daemon=True
+    def history(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> LedgerChatMessageHistory:
+        return LedgerChatMessageHistory(
+            session_id, self.ledger, loop=self.loop, title=title, meta=meta
         )
-        self._thread.start()
-        try:
-            self.ledger: Ledger = self._call(self._open(url, options))
-        except BaseException:
-            self._stop()
-            raise
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    @staticmethod
-    async def _open(url: str, options: dict[str, Any]) -> Ledger:
-        return await Ledger.open(url, **options)
-
-    def _call(self, coro: Awaitable[T]) -> T:
-        async def run() -> T:
-            return await coro
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
-
-    def history(self, session_id: str) -> LedgerChatMessageHistory:
-        return LedgerChatMessageHistory(session_id, self.ledger, loop=self.loop)
-
-    def _stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-    def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        try:
-            self._call(self.ledger.close())
-        finally:
-            self._stop()
 
     def __enter__(self) -> LedgerThread:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

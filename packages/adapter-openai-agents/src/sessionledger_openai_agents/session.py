@@ -33,6 +33,7 @@ from agents.memory.session_settings import (
 )
 
 from sessionledger import APPEND, Ledger, Replace, Session, SessionEvent, snapshot, thaw
+from sessionledger.hopping import on_ledger_loop
 
 #: The message key holding the exact SDK item a message was written from.
 ITEM_KEY: Final = "openaiItem"
@@ -122,7 +123,13 @@ class LedgerSession:
     obtained with ``await ledger.resume_or_create(session_id)`` on first use (so a stored
     session is resumed, with crash repair, and a new one is created otherwise).
     ``model`` names the model in the source of assistant messages (``"unknown"`` when not
-    given: the SDK does not tell a session which model produced an item).
+    given: the SDK does not tell a session which model produced an item). ``title`` and
+    ``meta`` describe a session this object creates (``sessionledger ls`` shows them); a
+    stored session keeps its own.
+
+    Every method runs on the event loop the ledger serves: called from another loop or
+    thread, it is handed to that loop and waits there (``sessionledger.hopping``); when
+    that loop is not running it raises ``LedgerLoopError`` instead of waiting forever.
     """
 
     session_id: str
@@ -135,6 +142,8 @@ class LedgerSession:
         *,
         session_settings: SessionSettings | dict[str, Any] | None = None,
         model: str | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
         self.session_settings = (
@@ -144,10 +153,12 @@ class LedgerSession:
         )
         self._ledger = ledger
         self._model = model or "unknown"
+        self._title = title
+        self._meta = {"adapter": PLUGIN_NAME, **(meta or {})}
         self._session: Session | None = None
         self._trace = _Trace()
         self._items_by_seq: dict[int, tuple[_FrozenItem, ...]] = {}
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None  # made on the ledger's loop, used only there
 
     @property
     def ledger(self) -> Ledger:
@@ -155,14 +166,19 @@ class LedgerSession:
 
     async def session(self) -> Session:
         """The live ledger session behind this SDK session (resumed or created on first use)."""
+        return await on_ledger_loop(self._ledger, self._live)
+
+    async def _live(self) -> Session:
         live = self._session
         if live is not None and self._ledger.get(self.session_id) is live:
             return live
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:
             live = self._ledger.get(self.session_id)
             if live is None:
                 live = await self._ledger.resume_or_create(
-                    self.session_id, meta={"adapter": PLUGIN_NAME}
+                    self.session_id, title=self._title, meta=self._meta
                 )
             if live is not self._session:
                 self._session = live
@@ -174,7 +190,10 @@ class LedgerSession:
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The items on the surface, oldest first; ``limit``: the latest N of them."""
-        session = await self.session()
+        return await on_ledger_loop(self._ledger, lambda: self._get_items(limit))
+
+    async def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
+        session = await self._live()
         items = self._surface_items(session)
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None:
@@ -198,10 +217,13 @@ class LedgerSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as ledger events; durable when this returns."""
+        await on_ledger_loop(self._ledger, lambda: self._add_items(items))
+
+    async def _add_items(self, items: list[TResponseInputItem]) -> None:
         # Every item is checked as JSON before the first append: a bad item refuses the
         # whole batch (JsonValueError) and writes nothing.
         plain = [snapshot(_plain_item(item), f"items[{i}]") for i, item in enumerate(items)]
-        session = await self.session()
+        session = await self._live()
         if plain:
             self._append_items(session, plain)
         await self._ledger.flush(session)
@@ -333,7 +355,10 @@ class LedgerSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Hide the latest item behind a tombstone and return it (``None`` when empty)."""
-        session = await self.session()
+        return await on_ledger_loop(self._ledger, self._pop_item)
+
+    async def _pop_item(self) -> TResponseInputItem | None:
+        session = await self._live()
         nodes = session.surface.nodes
         cache = self._items_by_seq
         self._surface_items(session)  # fill the cache for every node
@@ -349,7 +374,10 @@ class LedgerSession:
 
     async def clear_session(self) -> None:
         """Hide every item behind one tombstone; the log and the transcript keep them."""
-        session = await self.session()
+        await on_ledger_loop(self._ledger, self._clear_session)
+
+    async def _clear_session(self) -> None:
+        session = await self._live()
         if not self._surface_items(session):
             return
         nodes = session.surface.nodes

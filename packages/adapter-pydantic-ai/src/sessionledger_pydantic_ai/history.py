@@ -28,6 +28,7 @@ from pydantic_ai.run import AgentRun
 from sessionledger import Ledger, thaw
 from sessionledger.derive import project_message
 from sessionledger.events import SessionEvent
+from sessionledger.hopping import on_ledger_loop
 from sessionledger.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionledger.session import Session
 
@@ -391,24 +392,48 @@ class LedgerHistory:
     ``await load()`` returns the messages to pass as ``message_history=``;
     ``await record(messages)`` appends what a run produced and returns once it is durable.
     The session comes from ``ledger.resume_or_create(session_id)``, so a session that
-    crashed mid-turn is repaired first (see the README).
+    crashed mid-turn is repaired first (see the README). ``title`` and ``meta`` describe a
+    session this history creates (``sessionledger ls`` shows them); a stored one keeps its
+    own. Every method runs on the event loop the ledger serves, handed there from any other
+    loop or thread (``LedgerLoopError`` when that loop is not running).
     """
 
-    def __init__(self, session_id: str, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        ledger: Ledger,
+        *,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
         self.session_id = session_id
         self.ledger = ledger
+        self._title = title
+        self._meta = meta
 
     async def session(self) -> Session:
         """The live ledger session behind this history (resumed or created)."""
-        return await self.ledger.resume_or_create(self.session_id)
+        return await on_ledger_loop(self.ledger, self._live)
+
+    async def _live(self) -> Session:
+        return await self.ledger.resume_or_create(
+            self.session_id, title=self._title, meta=self._meta
+        )
 
     async def load(self) -> list[ModelMessage]:
         """The history the model sees now: the messages on the session's surface."""
-        return _Reader().read(await self.session())
+        return await on_ledger_loop(self.ledger, self._load)
+
+    async def _load(self) -> list[ModelMessage]:
+        return _Reader().read(await self._live())
 
     async def record(self, messages: Sequence[ModelMessage]) -> None:
         """Append *messages* (e.g. ``result.new_messages()``); durable when this returns."""
-        session = await self.session()
+        batch = list(messages)
+        await on_ledger_loop(self.ledger, lambda: self._record(batch))
+
+    async def _record(self, messages: Sequence[ModelMessage]) -> None:
+        session = await self._live()
         writer = _Writer(session)
         for message in messages:
             if isinstance(message, ModelRequest):

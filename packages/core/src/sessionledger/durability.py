@@ -20,6 +20,7 @@ from typing import Final, final
 from sessionledger.deltas import DeltaFields
 from sessionledger.errors import BacklogFullError
 from sessionledger.events import SessionEvent, SessionHeader
+from sessionledger.lifecycle import LoopBinding
 from sessionledger.limits import Backlog, delta_bytes, event_bytes, event_limit, too_large
 from sessionledger.persistence import SessionPersistence
 from sessionledger.session import Session
@@ -65,12 +66,13 @@ class Durability:
     *delay* is the write-behind window in seconds (docs/durability.md, "write-behind");
     *max_pending_bytes* bounds what all sessions together hold unwritten ("limits and the
     backlog"); *owner* is the ledger the sessions are written for ("one writer per
-    session").
+    session"); *loop* is the event loop binding appends must come from.
     """
 
     __slots__ = (
         "_delay",
         "_limits",
+        "_loop",
         "_max_pending",
         "_measured",
         "_measured_size",
@@ -87,8 +89,10 @@ class Durability:
         delay: float,
         max_pending_bytes: int,
         owner: object | None = None,
+        loop: LoopBinding | None = None,
     ) -> None:
         self._persistence = persistence
+        self._loop = loop
         self._delay = delay
         self._max_pending = max_pending_bytes
         self._owner = owner
@@ -132,7 +136,11 @@ class Durability:
         """Refuse *event* before *session* commits it (the ``SessionHooks.admission``):
         ``TOO_LARGE`` when the store could never hold it, ``BACKLOG_FULL`` when the
         ledger's backlog is not empty and would grow past its bound. *fields* are a
-        streamed delta's, when the append has them."""
+        streamed delta's, when the append has them. An append from outside the event
+        loop the ledger serves is refused too: its write-behind timer would be armed on
+        another loop, or on none (docs/durability.md, "one event loop per ledger")."""
+        if self._loop is not None:
+            self._loop.serve_append()
         limit = self._limits.get(session, _NOT_WRITTEN)
         if limit == _NOT_WRITTEN:
             return

@@ -23,6 +23,7 @@ __all__ = [
     "InvariantError",
     "JsonValueError",
     "LedgerError",
+    "LedgerLoopError",
     "MessageShapeError",
     "NotLiveError",
     "QueryError",
@@ -315,3 +316,12 @@ class ConfigError(LedgerError):
     """The library was configured or called in a way it cannot honour."""
 
     code = "CONFIG"
+
+
+class LedgerLoopError(ConfigError, RuntimeError):
+    """A call cannot reach the event loop its ledger serves (docs/durability.md, "one
+    event loop per ledger"): ``LOOP_NOT_RUNNING`` when that loop is not running (it
+    stopped, or its ``asyncio.run`` ended), ``LOOP_WOULD_BLOCK`` when a synchronous call
+    would wait on the very loop it runs on."""
+
+    code = "LOOP_NOT_RUNNING"

@@ -5,6 +5,7 @@ What each method does: docs/reading.md, "live sessions".
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 import warnings
@@ -88,6 +89,7 @@ class Ledger:
         # This ledger is the one writer of its sessions, also beside other ledgers on the
         # same backend object (docs/durability.md, "one writer per session").
         self._owner = Owner()
+        self._loop = LoopBinding()  # the event loop this ledger serves
         if persistence is not None:
             persistence.attach(self._owner)
             self._durability = Durability(
@@ -95,6 +97,7 @@ class Ledger:
                 delay=write_delay_ms / 1000,
                 max_pending_bytes=max_pending_bytes,
                 owner=self._owner,
+                loop=self._loop,
             )
             self._hooks = dataclasses.replace(
                 self._hooks,
@@ -102,7 +105,6 @@ class Ledger:
                 admission=self._durability.admit,
             )
         self._clock = clock or system_clock
-        self._loop = LoopBinding()  # the event loop this ledger serves
         self._closed = False  # closing started: no new sessions
         self._closing = Closing()
 
@@ -166,6 +168,10 @@ class Ledger:
     def persistence(self) -> SessionPersistence | None:
         """The store this ledger writes to (None for a purely in-memory ledger)."""
         return self._persistence
+
+    def serving_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this ledger serves; binds the running one if it serves none yet."""
+        return self._loop.bind()
 
     # -- live sessions ------------------------------------------------------------------
 

@@ -5,11 +5,12 @@ turn into a no-op (docs/durability.md, "closing" and "one event loop per ledger"
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, final
 
 from sessionledger.cancellation import shielded_task
-from sessionledger.errors import ConfigError
+from sessionledger.errors import ConfigError, LedgerLoopError
 
 __all__ = ["Closing", "LoopBinding", "cancelled_under_caller", "count_events", "note_unwritten"]
 
@@ -32,22 +33,54 @@ class LoopBinding:
     from any other loop is refused with ``ConfigError`` before it touches them.
     """
 
-    __slots__ = ("loop",)
+    __slots__ = ("_binding", "loop")
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._binding = threading.Lock()  # first uses from two threads bind one loop
+
+    def bind(self) -> asyncio.AbstractEventLoop:
+        """Return the loop served, binding the running one if none is served yet."""
+        loop = self.loop
+        if loop is None:
+            with self._binding:
+                if self.loop is None:
+                    try:
+                        self.loop = asyncio.get_running_loop()
+                    except RuntimeError:
+                        raise LedgerLoopError(
+                            "this ledger serves no event loop yet and none is running here"
+                        ) from None
+                loop = self.loop
+        return loop
 
     def serve(self) -> None:
         """Bind to the running loop on first use; refuse any other loop."""
-        loop = asyncio.get_running_loop()
-        if self.loop is None:
-            self.loop = loop
-        elif self.loop is not loop:
+        running = asyncio.get_running_loop()
+        if (self.loop or self.bind()) is not running:
             raise ConfigError(
                 "this ledger serves the event loop it was first used on, where its store's "
                 "connections and write-behind timers live, not this one: call it on that "
                 "loop (from another thread: asyncio.run_coroutine_threadsafe), or open a "
                 "new Ledger inside each asyncio.run"
+            )
+
+    def serve_append(self) -> None:
+        """Refuse a synchronous append from outside the loop served, once one is served:
+        from another loop, or from a thread where none runs."""
+        loop = self.loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not loop:
+            raise ConfigError(
+                "append was called outside the event loop this ledger serves, where its "
+                "write-behind timers live: nothing was appended; append on that loop (from "
+                'another thread: sessionledger.hopping; docs/durability.md, "one event loop '
+                'per ledger")'
             )
 
     def serve_if_running(self) -> None:
