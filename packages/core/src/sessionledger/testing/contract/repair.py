@@ -80,7 +80,7 @@ class RepairClauses(ContractBase):
         await backend.close()
 
     @pytest.mark.asyncio
-    async def test_a_paused_call_is_left_open_and_answered_later(
+    async def test_a_paused_call_is_left_open_without_a_write(
         self, backend_factory: BackendFactory
     ) -> None:
         # docs/reading.md, "Pausing is not crashing": the load invents no outcome and
