@@ -677,6 +677,34 @@ async def test_repair_commits_the_closers_once(
     assert "nothing to repair" in run_cli(cli_env, "--store", url, "repair", "crashed-1").out
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_a_paused_session_is_shown_as_paused_and_repair_leaves_it_open(
+    kind: str, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # docs/reading.md, "Pausing is not crashing": a paused call is not a crash to repair.
+    url = store_url(kind, tmp_path)
+    async with Ledger.open(url) as ledger:
+        paused = ledger.create("paused-1")
+        closed_turn(paused, 1)
+        open_turn_with_pending_call(paused, 2, call_id="ask")
+        pause = {"turn": 2, "step": 1, "callId": "ask", "reason": {"kind": "approval"}}
+        paused.append("tool/paused", pause)
+    before = await stored_events(url, "paused-1")
+    show = run_cli(cli_env, "--store", url, "show", "paused-1")
+    assert "ask waits for approval" in show.out
+    assert "turn 2 is paused: 1 call ('ask') waits on purpose" in " ".join(show.out.split())
+    verify = run_cli(cli_env, "--store", url, "verify", "paused-1")
+    assert verify.code == 0, verify.out + verify.err
+    assert "turn 2 is paused" in " ".join(verify.out.split())
+    for extra in (("--dry-run",), ()):
+        repaired = run_cli(cli_env, "--store", url, "repair", "paused-1", *extra)
+        assert repaired.code == 0, repaired.err
+        assert "nothing to repair (no torn tail, no turn to close)" in repaired.out
+        answer = run_cli(cli_env, "--store", url, "repair", "paused-1", "--json", *extra).json()
+        assert (answer["appended"], answer["paused"]) == ([], ["ask"])
+    assert await stored_events(url, "paused-1") == before
+
+
 async def test_verify_fails_on_a_damaged_jsonl_line(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -40,6 +40,7 @@ def chunk(**fields: Any) -> dict[str, Any]:
 
 
 CALL = {"turn": 1, "step": 1, "callId": "c1", "name": "read", "arguments": "{}"}
+PAUSE = {"turn": 1, "step": 1, "callId": "c1", "reason": {"kind": "approval"}}
 
 #: (type, data, what the message must say) for payloads an append must refuse.
 REFUSED = [
@@ -85,6 +86,10 @@ REFUSED = [
     ("tool/call", {**CALL, "name": None}, "data.name must be a non-empty str"),
     ("tool/call", {**CALL, "arguments": {}}, "data.arguments must be the raw JSON text"),
     ("tool/call", {**CALL, "step": None}, "data.step must be an integer >= 1"),
+    ("tool/paused", {**PAUSE, "callId": 7}, "data.callId must be a non-empty str"),
+    ("tool/paused", {**PAUSE, "reason": "approval"}, "data.reason must be an object {kind"),
+    ("tool/paused", {**PAUSE, "reason": {"kind": ""}}, "data.reason must be an object {kind"),
+    ("tool/paused", {**PAUSE, "turn": 0}, "data.turn must be an integer >= 1"),
     ("request/context", {"provider": "acme"}, "data.model must be a non-empty str"),
     (
         "request/context",
@@ -114,6 +119,8 @@ ACCEPTED = [
     ("assistant/chunk", chunk(type="finish", reason="stop")),
     ("assistant/chunk", chunk(type="finish", reason={"kind": "tool-calls"})),
     ("tool/call", CALL),
+    ("tool/paused", PAUSE),
+    ("tool/paused", {**PAUSE, "reason": {"kind": "my-own", "by": "reviewer"}}),
     ("request/context", {"provider": "acme", "model": "m", "contextWindow": 128000}),
     ("session/end-seed", {}),
 ]
@@ -125,7 +132,7 @@ def detached() -> Session:
 
 def test_every_reason_kind_and_chunk_kind_has_an_accepted_case() -> None:
     chunks = {data["chunk"]["type"] for _, data in ACCEPTED if "chunk" in data}
-    reasons = {data["reason"]["kind"] for _, data in ACCEPTED if "reason" in data}
+    reasons = {data["reason"]["kind"] for kind, data in ACCEPTED if kind == "turn/end"}
     assert chunks == set(CHUNK_KINDS)
     assert reasons == set(TURN_END_KINDS)
 

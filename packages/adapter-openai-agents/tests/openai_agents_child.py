@@ -7,6 +7,11 @@ python openai_agents_child.py read STORE_URL SESSION_ID
 python openai_agents_child.py crash-plain STORE_URL SESSION_ID MARKER
 python openai_agents_child.py crash-approval STORE_URL SESSION_ID MARKER
     a run whose tool writes MARKER and blocks until the parent kills the process
+python openai_agents_child.py approval-stop STORE_URL SESSION_ID STATE_FILE
+    a run that stops for an approval; writes the serialised RunState to STATE_FILE, closes
+    the ledger normally and prints the session's items as JSON
+python openai_agents_child.py approval-resume STORE_URL SESSION_ID STATE_FILE
+    approves the call of the saved RunState and resumes the run; prints the items as JSON
 """
 
 from __future__ import annotations
@@ -18,20 +23,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from agents import Runner
+from agents import Runner, RunState
 from openai_agents_fakes import (
     MODEL_NAME,
     ScriptedModel,
     add,
     agent,
     approval_tool,
+    approved_deploy,
     blocking_tool,
     call,
     say,
 )
 
 from sessionledger import Ledger
-from sessionledger_openai_agents import LedgerSession
+from sessionledger_openai_agents import LedgerRunHooks, LedgerSession
+
+#: The script of the approval runs: a call that needs approval, then the answer.
+APPROVAL_SCRIPT = [[call("deploy", {"target": "prod"}, "call_deploy")], [say("Deployed.", "m")]]
 
 
 async def main(command: str, url: str, session_id: str, marker: str | None) -> None:
@@ -60,7 +69,22 @@ async def main(command: str, url: str, session_id: str, marker: str | None) -> N
             first = await Runner.run(bot, "Deploy to prod.", session=session)
             state = first.to_state()
             state.approve(first.interruptions[0])
-            await Runner.run(bot, state, session=session)  # the tool blocks: killed here
+            hooks = LedgerRunHooks(session)
+            await Runner.run(bot, state, session=session, hooks=hooks)  # blocks: killed here
+        elif command == "approval-stop":
+            assert marker is not None
+            bot = agent(ScriptedModel(APPROVAL_SCRIPT[:1]), [approved_deploy])
+            first = await Runner.run(bot, "Deploy to prod.", session=session)
+            assert [item.raw_item.call_id for item in first.interruptions] == ["call_deploy"]
+            Path(marker).write_text(first.to_state().to_string())
+        elif command == "approval-resume":
+            assert marker is not None
+            bot = agent(ScriptedModel(APPROVAL_SCRIPT[1:]), [approved_deploy])
+            state = await RunState.from_string(bot, Path(marker).read_text())
+            state.approve(state.get_interruptions()[0])
+            hooks = LedgerRunHooks(session)
+            result = await Runner.run(bot, state, session=session, hooks=hooks)
+            assert result.final_output == "Deployed."
         print(json.dumps(await session.get_items()))
 
 

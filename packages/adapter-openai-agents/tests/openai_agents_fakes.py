@@ -123,5 +123,11 @@ def approval_tool(marker: Path) -> Any:
     return deploy
 
 
+@function_tool(name_override="deploy", needs_approval=True)
+def approved_deploy(target: str) -> str:
+    """Deploy to a target (needs approval)."""
+    return f"deployed {target}"
+
+
 def agent(model: Model, tools: list[Any]) -> Agent[Any]:
     return Agent(name="assistant", instructions="Be brief.", model=model, tools=tools)

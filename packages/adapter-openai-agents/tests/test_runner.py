@@ -181,6 +181,12 @@ async def test_sigkill_between_a_function_call_and_its_output(
         live = await session.session()
         closer = next(event for event in live.events if event.type == "tool/result")
         assert closer.data["error"]["code"] == TOOL_OUTCOME_UNKNOWN
+        # The stop for the approval was a pause; LedgerRunHooks recorded the approved
+        # start (a second tool/call) before the tool ran, and repair cites that start.
+        marks = [e.type for e in live.events if e.type in ("tool/call", "tool/paused")]
+        assert marks == ["tool/call", "tool/paused", "tool/call"]
+        started = [e.seq for e in live.events if e.type == "tool/call"][-1]
+        assert closer.source_event_seqs == (started,)
 
         # The next run carries on: the model reads the outcome-unknown output.
         model = ScriptedModel([[say("I cannot tell whether it deployed; let me check.")]])

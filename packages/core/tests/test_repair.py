@@ -98,6 +98,13 @@ def TR(turn: int, step: int, id: str, text: str = "ok") -> dict[str, Any]:
     }
 
 
+def TP(turn: int, step: int, id: str, kind: str = "approval") -> dict[str, Any]:
+    return {
+        "type": "tool/paused",
+        "data": {"turn": turn, "step": step, "callId": id, "reason": {"kind": kind}},
+    }
+
+
 def END_SEED() -> dict[str, Any]:
     return {"type": "session/end-seed", "data": {}}
 
@@ -439,6 +446,81 @@ def test_open_turn_after_end_seed_is_still_closed():
     assert interrupted_turn_closers(extend(events + closers, END_SEED())) == []
 
 
+# --- pausing is not crashing (docs/reading.md) ---------------------------------------------------
+
+
+def test_a_paused_call_is_never_answered_and_keeps_the_turn_open():
+    events = log(TS(1), UM("deploy"), SS(1, 1), AM(1, 1, [call("a")]), TP(1, 1, "a"))
+    assert interrupted_turn_closers(events) == []
+    assert interrupted_turn_closers(extend(events, END_SEED())) == []
+
+
+def test_a_call_paused_after_its_tool_call_is_paused():
+    # A harness that records the call when the model asks, then learns it needs approval.
+    events = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TC(1, 1, "a"), TP(1, 1, "a"))
+    assert interrupted_turn_closers(events) == []
+
+
+def test_a_tool_call_after_the_pause_means_it_ran_so_its_outcome_is_unknown():
+    events = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TP(1, 1, "a"), TC(1, 1, "a"))
+    assert interrupted_turn_closers(events) == [
+        outcome_unknown("a", 1, 1, 5, 4, 4),
+        {"type": "step/end", "seq": 6, "time": 4, "data": {"turn": 1, "step": 1}},
+        {
+            "type": "turn/end",
+            "seq": 7,
+            "time": 4,
+            "data": {"turn": 1, "reason": {"kind": "interrupted"}},
+        },
+    ]
+
+
+def test_only_the_unpaused_calls_are_answered_and_the_turn_stays_open():
+    events = log(
+        TS(1),
+        SS(1, 1),
+        AM(1, 1, [call("a"), call("b"), call("c")]),
+        TC(1, 1, "a"),
+        TP(1, 1, "b"),
+    )
+    closers = interrupted_turn_closers(events)
+    assert closers == [outcome_unknown("a", 1, 1, 5, 4, 3), not_started("c", 1, 1, 6, 4)]
+    assert interrupted_turn_closers(events + closers) == []
+    session = _append_closers(events)
+    assert _unanswered_calls(session.derive_messages()) == ["b"]
+
+
+def test_a_paused_call_answered_later_closes_like_any_turn():
+    events = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TC(1, 1, "a"), TP(1, 1, "a"))
+    events = extend(events, TR(1, 1, "a"))
+    assert types(interrupted_turn_closers(events)) == ["step/end", "turn/end"]
+
+
+def test_a_pause_is_forgotten_with_its_step_or_when_the_call_is_requested_again():
+    closed = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TP(1, 1, "a"), SE(1, 1))
+    assert types(interrupted_turn_closers(closed)) == ["turn/end"]
+    again = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TP(1, 1, "a"), AM(1, 1, [call("a")]))
+    assert types(interrupted_turn_closers(again)) == ["tool/result", "step/end", "turn/end"]
+
+
+def test_a_pause_naming_no_requested_call_pauses_nothing():
+    events = log(TS(1), SS(1, 1), AM(1, 1, [call("a")]), TP(1, 1, "zzz"))
+    assert types(interrupted_turn_closers(events)) == ["tool/result", "step/end", "turn/end"]
+
+
+def test_generated_logs_draw_paused_and_unpaused_open_steps():
+    # Guards the strategy itself: both branches of the pause rule are exercised.
+    seen: set[bool] = set()
+
+    @settings(max_examples=200, deadline=None)
+    @given(open_turn_logs())
+    def check(case: Case) -> None:
+        seen.add(bool(case.paused))
+
+    check()
+    assert seen == {True, False}
+
+
 # --- the closers against a real session --------------------------------------------------------
 
 
@@ -587,11 +669,30 @@ class Case(NamedTuple):
     expected: list[dict[str, Any]]
     #: Calls a closed step left unanswered, in transcript order: repair must not answer them.
     abandoned: list[str]
+    #: Calls of the open step whose latest marker is ``tool/paused``: never answered.
+    paused: list[str]
 
 
 #: What happens to a requested call before the crash: nothing, a recorded start only, a
-#: start and a result, or a result without a recorded start.
-CALL_FATES = ("requested", "started", "answered", "ran")
+#: start and a result, or a result without a recorded start; paused (docs/reading.md,
+#: "Pausing is not crashing") with no start, after its start (a harness that records the
+#: call when the model asks), before its start (approved, then running), or before its
+#: start and result.
+CALL_FATES = (
+    "requested",
+    "started",
+    "answered",
+    "ran",
+    "paused",
+    "started-paused",
+    "paused-started",
+    "paused-answered",
+)
+#: The fates whose latest marker is the pause.
+PAUSED_FATES = ("paused", "started-paused")
+#: The fates with a recorded start, and those with a result.
+STARTED_FATES = ("started", "answered", "started-paused", "paused-started", "paused-answered")
+ANSWERED_FATES = ("answered", "ran", "paused-answered")
 
 
 @st.composite
@@ -608,10 +709,10 @@ def open_turn_logs(draw: Any) -> Case:
     abandoned: list[str] = []
     numbers = itertools.count(1)
 
-    def step(turn: int, number: int, *, close: bool) -> list[tuple[str, int | None]]:
-        """Add one step; return its unanswered calls as (id, tool/call seq or None)."""
+    def step(turn: int, number: int, *, close: bool) -> list[tuple[str, int | None, bool]]:
+        """Add one step; return its unanswered calls as (id, tool/call seq or None, paused)."""
         sloppy = not close or draw(st.booleans())
-        unanswered: list[tuple[str, int | None]] = []
+        unanswered: list[tuple[str, int | None, bool]] = []
         items.append(SS(turn, number))
         for message in range(draw(st.integers(1, 2))):
             if draw(st.booleans()):
@@ -623,9 +724,13 @@ def open_turn_logs(draw: Any) -> Case:
             fates = {i: draw(st.sampled_from(CALL_FATES)) if sloppy else "answered" for i in ids}
             started_at: dict[str, int] = {}
             for i in draw(st.permutations(ids)):
-                if fates[i] in ("started", "answered"):
+                if fates[i].startswith("paused"):
+                    items.append(TP(turn, number, i, draw(st.sampled_from(["approval", "x"]))))
+                if fates[i] in STARTED_FATES:
                     started_at[i] = len(items)
                     items.append(TC(turn, number, i))
+                if fates[i] == "started-paused":
+                    items.append(TP(turn, number, i, "deferred"))
                 if draw(st.booleans()):
                     chunk = {"type": "text-delta", "index": 0, "text": "x"}
                     items.append(
@@ -635,17 +740,19 @@ def open_turn_logs(draw: Any) -> Case:
                         }
                     )
             for i in draw(st.permutations(ids)):
-                if fates[i] in ("answered", "ran"):
+                if fates[i] in ANSWERED_FATES:
                     result = TR(turn, number, i)
                     if i in started_at:
                         result["sourceEventSeqs"] = [started_at[i]]
                     items.append(result)
             unanswered += [
-                (i, started_at.get(i)) for i in ids if fates[i] in ("requested", "started")
+                (i, started_at.get(i), fates[i] in PAUSED_FATES)
+                for i in ids
+                if fates[i] not in ANSWERED_FATES
             ]
         if close:
             items.append(SE(turn, number))
-            abandoned.extend(i for i, _ in unanswered)
+            abandoned.extend(i for i, _, _ in unanswered)
             return []
         return unanswered
 
@@ -671,19 +778,25 @@ def open_turn_logs(draw: Any) -> Case:
     events = log(*items)
     seq, time = len(events), events[-1]["time"]
     expected: list[dict[str, Any]] = []
-    for call_id, call_seq in pending:
+    for call_id, call_seq, paused in pending:
+        if paused:
+            continue
         if call_seq is None:
             expected.append(not_started(call_id, turn, open_step, seq, time))
         else:
             expected.append(outcome_unknown(call_id, turn, open_step, seq, time, call_seq))
         seq += 1
+    paused_ids = [call_id for call_id, _, paused in pending if paused]
+    if paused_ids:
+        # A paused call keeps its step and turn open: only the others are answered.
+        return Case(events, expected, abandoned, paused_ids)
     if step_open:
         step_end = {"turn": turn, "step": open_step}
         expected.append({"type": "step/end", "seq": seq, "time": time, "data": step_end})
         seq += 1
     turn_end = {"turn": turn, "reason": {"kind": "interrupted"}}
     expected.append({"type": "turn/end", "seq": seq, "time": time, "data": turn_end})
-    return Case(events, expected, abandoned)
+    return Case(events, expected, abandoned, [])
 
 
 @settings(max_examples=300, deadline=None)
@@ -715,14 +828,20 @@ def test_closers_only_ever_close(case):
     events = case.events
     closers = interrupted_turn_closers(events)
     kinds = types(closers)
-    assert kinds[-1] == "turn/end"
-    assert closers[-1]["data"]["reason"] == {"kind": "interrupted"}
+    if case.paused:
+        # A paused call keeps the turn open: only results, none for a paused call.
+        assert set(kinds) <= {"tool/result"}
+        answered_now = {c["data"]["message"]["source"]["callId"] for c in closers}
+        assert not answered_now & set(case.paused)
+    else:
+        assert kinds[-1] == "turn/end"
+        assert closers[-1]["data"]["reason"] == {"kind": "interrupted"}
+        assert kinds.count("turn/end") == 1
     assert set(kinds) <= {"tool/result", "step/end", "turn/end"}
-    assert kinds.count("turn/end") == 1
     assert kinds.count("step/end") <= 1
     assert kinds == sorted(kinds, key=["tool/result", "step/end", "turn/end"].index)
     assert [c["seq"] for c in closers] == list(range(len(events), len(events) + len(closers)))
-    assert {c["time"] for c in closers} == {events[-1]["time"]}
+    assert {c["time"] for c in closers} <= {events[-1]["time"]}
     # A synthetic result only answers a call the model requested and nobody answered.
     requested = {
         block["id"]
@@ -747,7 +866,9 @@ def test_closers_only_ever_close(case):
 @given(open_turn_logs())
 def test_appended_closers_are_accepted_and_answer_every_open_call(case):
     session = _append_closers(case.events)
-    assert _unanswered_calls(session.derive_messages()) == case.abandoned
+    unanswered = _unanswered_calls(session.derive_messages())
+    assert unanswered == [c for c in unanswered if c in case.abandoned or c in case.paused]
+    assert sorted(unanswered) == sorted(case.abandoned + case.paused)
     assert interrupted_turn_closers(session.events) == []
 
 

@@ -70,6 +70,11 @@ def TC(turn: Any, step: Any, call: str) -> Event:
     return {"type": "tool/call", "data": data}
 
 
+def TP(turn: Any, step: Any, call: str, kind: str = "approval") -> Event:
+    data = {"turn": turn, "step": step, "callId": call, "reason": {"kind": kind}}
+    return {"type": "tool/paused", "data": data}
+
+
 def TR(
     turn: Any,
     step: Any,

@@ -16,6 +16,7 @@ from invariants_builders import (
     SS,
     TC,
     TE,
+    TP,
     TR,
     TS,
     UM,
@@ -227,6 +228,37 @@ def test_results_may_answer_pending_calls_in_any_order(session, plugin):  # I35
 def test_pairing_does_not_cross_steps(session, plugin):  # I27
     put(session, TS(1), SS(1, 1), TC(1, 1, "c1"), SE(1, 1), SS(1, 2))
     refused(session, TR(1, 2, "c1"), R.TOOL_RESULT_UNPAIRED, plugin)
+
+
+def test_a_pause_names_a_requested_unanswered_call_of_the_open_step(session, plugin):
+    # docs/reading.md, "Pausing is not crashing": before or after the call's tool/call,
+    # then the call starts (tool/call) and its result answers it.
+    put(session, TS(1), SS(1, 1), AM(1, 1, ("a", "b")), TP(1, 1, "a"), TC(1, 1, "b"))
+    put(session, TP(1, 1, "b", "deferred"))
+    assert plugin.trace(session).requested == frozenset({"a", "b"})
+    put(session, TC(1, 1, "a"), TR(1, 1, "a"), TR(1, 1, "b"), SE(1, 1), TE(1))
+    assert plugin.trace(session) == Trace(None, None, 2, 2)
+
+
+def test_a_pause_for_a_call_nobody_requested_or_already_answered_is_refused(session, plugin):
+    put(session, TS(1), SS(1, 1), TC(1, 1, "orphan"))
+    error = refused(session, TP(1, 1, "orphan"), R.TOOL_PAUSE_UNREQUESTED, plugin)
+    assert "tool/paused for call 'orphan'" in str(error)
+    assert "(requested: none)" in str(error)
+    put(session, AM(1, 1, ("a",)), TC(1, 1, "a"), TR(1, 1, "a"))
+    refused(session, TP(1, 1, "a"), R.TOOL_PAUSE_UNREQUESTED, plugin)
+
+
+def test_a_pause_is_step_scoped_and_forgotten_with_its_step(session, plugin):
+    put(session, TS(1), SS(1, 1), AM(1, 1, ("a",)))
+    refused(session, TP(1, 2, "a"), R.STEP_SCOPE, plugin)
+    put(session, SE(1, 1), SS(1, 2))
+    refused(session, TP(1, 2, "a"), R.TOOL_PAUSE_UNREQUESTED, plugin)
+
+
+def test_a_pause_without_its_tool_call_does_not_pair_a_result(session, plugin):
+    put(session, TS(1), SS(1, 1), AM(1, 1, ("a",)), TP(1, 1, "a"))
+    refused(session, TR(1, 1, "a"), R.TOOL_RESULT_UNPAIRED, plugin)
 
 
 def test_a_step_may_end_with_unanswered_calls(session):  # I26

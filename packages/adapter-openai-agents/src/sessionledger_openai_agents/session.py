@@ -11,7 +11,11 @@ Mapping (items in the order the SDK saves them):
   that ``tool/call`` (``source_event_seqs``); one that answers nothing open is kept as a
   ``user/message`` so that nothing the SDK saves is refused;
 - a batch ending with an assistant message (no call left unanswered) closes the step and
-  the turn (``turn/end {reason: {kind: "completed"}}``).
+  the turn (``turn/end {reason: {kind: "completed"}}``);
+- a ``function_call`` saved without its output in the same batch is a run stopped for an
+  approval (the SDK saves a call alone only then): it gets a ``tool/paused``, so crash
+  repair leaves it open (docs/reading.md, "Pausing is not crashing"); ``start_paused_call``
+  (called by ``LedgerRunHooks`` when the approved tool starts) records its start.
 
 Every message the adapter writes holds the SDK item, exactly, under ``openaiItem``.
 ``pop_item`` and ``clear_session`` append a ``user/message`` tombstone (empty content, a
@@ -55,6 +59,7 @@ class _Trace:
 
     __slots__ = (
         "last_turn",
+        "paused",
         "pending",
         "scanned",
         "step",
@@ -75,6 +80,8 @@ class _Trace:
         self.step_open = False
         self.step_has_results = False
         self.pending: dict[str, int] = {}
+        #: Calls of the open step whose latest marker is ``tool/paused``.
+        self.paused: set[str] = set()
 
     def advance(self, session: Session) -> None:
         if self.scanned >= session.seq:
@@ -86,6 +93,8 @@ class _Trace:
     def _see(self, event: SessionEvent) -> None:
         kind = event.type
         data = event.data
+        if kind in _RESETS:
+            self.paused = set()
         if kind == "turn/start":
             self.turn = self.last_turn = max(self.last_turn, _int(data.get("turn")))
             self.turn_open = True
@@ -106,10 +115,17 @@ class _Trace:
             self.pending = {}
         elif kind == "tool/call":
             self.pending[str(data.get("callId"))] = event.seq
+            self.paused.discard(str(data.get("callId")))
+        elif kind == "tool/paused":
+            self.paused.add(str(data.get("callId")))
         elif kind == "tool/result" and event.surface_op == APPEND:
             source = data.get("message", {}).get("source", {})
             self.pending.pop(str(source.get("callId")), None)
+            self.paused.discard(str(source.get("callId")))
             self.step_has_results = True
+
+
+_RESETS: Final = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
 
 
 def _int(value: Any) -> int:
@@ -234,6 +250,7 @@ class LedgerSession:
         trace = self._trace
         trace.advance(session)
         last_is_answer = False
+        called: list[str] = []
         for item in items:
             kind = item.get("type")
             role = item.get("role")
@@ -245,11 +262,48 @@ class LedgerSession:
             else:
                 self._model_item(session, item)
                 last_is_answer = role == "assistant" and kind in (None, "message")
+                if kind == "function_call":
+                    called.append(str(item.get("call_id") or ""))
             trace.advance(session)
+        self._pause_unanswered(session, called)
         if last_is_answer and trace.step_open and not trace.pending:
             session.append("step/end", {"turn": trace.turn, "step": trace.step})
             session.append("turn/end", {"turn": trace.turn, "reason": {"kind": "completed"}})
             trace.advance(session)
+
+    def _pause_unanswered(self, session: Session, called: Sequence[str]) -> None:
+        # The SDK saves a call together with its output once the tool ran; a call saved
+        # alone is one the run stopped on to wait for an approval (README, "Approvals").
+        trace = self._trace
+        for call_id in called:
+            if trace.step_open and call_id in trace.pending and call_id not in trace.paused:
+                pause = {"kind": "approval", "by": PLUGIN_NAME}
+                data = {"turn": trace.turn, "step": trace.step, "callId": call_id, "reason": pause}
+                session.append("tool/paused", data)
+        trace.advance(session)
+
+    async def start_paused_call(self, call_id: str) -> bool:
+        """Record that a paused call starts now (its approval came); durable on return.
+
+        Appends the call's ``tool/call`` again after its ``tool/paused``, so a crash while
+        the tool runs is repaired as "outcome unknown", not left waiting. ``False`` (and
+        nothing written) when *call_id* is not a paused call of the open step.
+        """
+        return await on_ledger_loop(self._ledger, lambda: self._start_paused_call(call_id))
+
+    async def _start_paused_call(self, call_id: str) -> bool:
+        session = await self._live()
+        trace = self._trace
+        trace.advance(session)
+        call_seq = trace.pending.get(call_id)
+        if call_seq is None or call_id not in trace.paused or not trace.step_open:
+            return False
+        requested = session.event_at(call_seq).data
+        data = {key: requested[key] for key in ("turn", "step", "callId", "name", "arguments")}
+        session.append("tool/call", thaw(data))
+        trace.advance(session)
+        await self._ledger.flush(session)
+        return True
 
     def _input_message(self, session: Session, item: Mapping[str, Any]) -> None:
         trace = self._trace

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -55,6 +56,7 @@ class _Trace:
     step: int | None = None
     next_step: int = 1
     pending: dict[str, int] = field(default_factory=dict)  # call id -> tool/call seq
+    paused: set[str] = field(default_factory=set)  # latest marker is tool/paused
 
 
 def _int(value: Any) -> int | None:
@@ -82,15 +84,19 @@ def _trace(events: Sequence[SessionEvent]) -> _Trace:
         if event.type == "step/start":
             trace.step = _int(event.data.get("step")) or trace.next_step
             trace.next_step = trace.step + 1
-            trace.pending = {}
+            trace.pending, trace.paused = {}, set()
         elif event.type == "step/end":
             trace.step = None
-            trace.pending = {}
+            trace.pending, trace.paused = {}, set()
         elif event.type == "tool/call" and trace.step is not None:
             trace.pending[str(event.data.get("callId"))] = event.seq
+            trace.paused.discard(str(event.data.get("callId")))
+        elif event.type == "tool/paused" and trace.step is not None:
+            trace.paused.add(str(event.data.get("callId")))
         elif event.type == "tool/result" and event.surface_op == "append":
             source = event.data["message"]["source"]
             trace.pending.pop(str(source.get("callId")), None)
+            trace.paused.discard(str(source.get("callId")))
     return trace
 
 
@@ -151,7 +157,34 @@ class _Writer:
 
     def step_end(self) -> None:
         self.session.append("step/end", {"turn": self.trace.turn, "step": self.trace.step})
-        self.trace.step, self.trace.pending = None, {}
+        self.trace.step, self.trace.pending, self.trace.paused = None, {}, set()
+
+    def pause(self, deferred: DeferredToolRequests) -> None:
+        """Mark the calls a run ended on as waiting (docs/reading.md, "Pausing is not
+        crashing"): for an approval, or for a result from outside the run."""
+        trace = self.trace
+        waiting = [(call, "approval") for call in deferred.approvals]
+        waiting += [(call, "deferred") for call in deferred.calls]
+        for call, kind in waiting:
+            call_id = call.tool_call_id
+            if trace.step is None or call_id not in trace.pending or call_id in trace.paused:
+                continue
+            reason = {"kind": kind, "tool": call.tool_name}
+            data = {"turn": trace.turn, "step": trace.step, "callId": call_id, "reason": reason}
+            self.session.append("tool/paused", data)
+            trace.paused.add(call_id)
+
+    def start(self, call_id: str) -> bool:
+        """Record that a paused call starts now: its ``tool/call`` again, after the pause."""
+        trace = self.trace
+        call_seq = trace.pending.get(call_id)
+        if call_seq is None or call_id not in trace.paused or trace.step is None:
+            return False
+        requested = self.session.event_at(call_seq).data
+        data = {key: requested[key] for key in ("turn", "step", "callId", "name", "arguments")}
+        trace.pending[call_id] = self.session.append("tool/call", thaw(data)).seq
+        trace.paused.discard(call_id)
+        return True
 
     def request(self, request: ModelRequest) -> None:
         self.anchor = None
@@ -427,12 +460,18 @@ class LedgerHistory:
     async def _load(self) -> list[ModelMessage]:
         return _Reader().read(await self._live())
 
-    async def record(self, messages: Sequence[ModelMessage]) -> None:
-        """Append *messages* (e.g. ``result.new_messages()``); durable when this returns."""
-        batch = list(messages)
-        await on_ledger_loop(self.ledger, lambda: self._record(batch))
+    async def record(self, messages: Sequence[ModelMessage], *, output: object = None) -> None:
+        """Append *messages* (e.g. ``result.new_messages()``); durable when this returns.
 
-    async def _record(self, messages: Sequence[ModelMessage]) -> None:
+        Pass the run's ``output`` too: when it is a ``DeferredToolRequests`` (the run
+        stopped on tools that need an approval or an outside result), its calls are
+        recorded as paused, so crash repair leaves them open (see the README); any other
+        output is ignored.
+        """
+        batch = list(messages)
+        await on_ledger_loop(self.ledger, lambda: self._record(batch, output))
+
+    async def _record(self, messages: Sequence[ModelMessage], output: object) -> None:
         session = await self._live()
         writer = _Writer(session)
         for message in messages:
@@ -444,7 +483,30 @@ class LedgerHistory:
             # A batch that ends with tool results and no response is the end of a run on
             # an output tool (pydantic-ai sends no further request): the turn is over.
             writer.turn_end()
+        if isinstance(output, DeferredToolRequests):
+            writer.pause(output)
         await self.ledger.flush(session)
+
+    async def start_approved(self, results: DeferredToolResults) -> list[str]:
+        """Record that the paused calls *results* approves start now; durable on return.
+
+        Call it just before the run that gets *results* (pydantic-ai runs an approved
+        tool before that run produces a message), so a crash while the tool runs is
+        repaired as "outcome unknown" instead of leaving the call waiting. Returns the
+        ids recorded as started; a denial or an outside result starts nothing.
+        """
+        return await on_ledger_loop(self.ledger, lambda: self._start_approved(results))
+
+    async def _start_approved(self, results: DeferredToolResults) -> list[str]:
+        session = await self._live()
+        writer = _Writer(session)
+        started: list[str] = []
+        for call_id, approval in results.approvals.items():
+            approved = approval is True or getattr(approval, "kind", None) == "tool-approved"
+            if approved and writer.start(call_id):
+                started.append(call_id)
+        await self.ledger.flush(session)
+        return started
 
     async def recording(self, run: AgentRun[Any, Any]) -> AsyncIterator[Any]:
         """Iterate *run* node by node, recording its new messages before each node runs.
@@ -463,3 +525,6 @@ class LedgerHistory:
                 await self.record(new[done:])
                 done = len(new)
             yield node
+        result = run.result
+        if result is not None and isinstance(result.output, DeferredToolRequests):
+            await self.record(run.new_messages()[done:], output=result.output)

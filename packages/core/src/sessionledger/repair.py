@@ -4,6 +4,10 @@ A crashed turn is closed, never truncated: its real events stay in the log and t
 closers below are appended after them. The function is pure and derives every seq,
 time and id from the log, so the same log always gets the same closers, and a log that
 already ends balanced gets none (docs/reading.md, "resume and crash repair").
+
+A call the harness marked ``tool/paused`` (waiting on purpose, for an approval or a
+deferred tool) is not a crash: repair never answers it, and while one is paused the turn
+stays open (docs/reading.md, "Pausing is not crashing").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sessionledger.vocabulary import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PAUSED,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -28,6 +33,7 @@ __all__ = [
     "TOOL_OUTCOME_UNKNOWN",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
     "interrupted_turn_closers",
+    "paused_calls",
 ]
 
 #: Error code of a synthetic result for a call the harness never recorded as started.
@@ -76,11 +82,82 @@ def _call_id(value: Any) -> str:
 class _Pending:
     """A model-requested call still waiting for its result."""
 
-    __slots__ = ("call_seq", "step")
+    __slots__ = ("call_seq", "paused", "step")
 
     def __init__(self, step: Any) -> None:
         self.step = step
         self.call_seq: int | None = None
+        # The latest marker decides: a ``tool/paused`` after the call's ``tool/call`` (or
+        # with none) pauses it; a ``tool/call`` after the pause means it was let run.
+        self.paused = False
+
+
+class _OpenTurn:
+    """The state at the end of a log whose last turn is open."""
+
+    __slots__ = ("pending", "step", "step_open", "turn")
+
+    def __init__(self, turn: Any) -> None:
+        self.turn = turn
+        self.step_open = False
+        self.step: Any = None
+        # Insertion order is the order of the tool-call blocks in the transcript; a block
+        # id requested again keeps its position and forgets any recorded start.
+        self.pending: dict[str, _Pending] = {}
+
+    def see(self, kind: Any, seq: Any, data: Any) -> None:
+        pending = self.pending
+        if kind == STEP_START:
+            self.step_open, self.step = True, _get(data, "step")
+        elif kind == STEP_END:
+            self.step_open, self.step = False, None
+            pending.clear()
+        elif kind == ASSISTANT_MESSAGE:
+            content = _get(_get(data, "message"), "content")
+            for block in content if isinstance(content, tuple | list) else ():
+                call_id = _get(block, "id")
+                if _get(block, "type") == "tool-call" and type(call_id) is str and call_id:
+                    pending[call_id] = _Pending(_get(data, "step"))
+        elif kind == TOOL_CALL:
+            # Only a call the model requested counts as started; a tool/call seen before
+            # (or without) the assistant message naming it is not a pending call.
+            entry = pending.get(_call_id(_get(data, "callId")))
+            if entry is not None:
+                entry.call_seq = seq
+                entry.paused = False
+        elif kind == TOOL_PAUSED:
+            entry = pending.get(_call_id(_get(data, "callId")))
+            if entry is not None:
+                entry.paused = True
+        elif kind == TOOL_RESULT:
+            pending.pop(_call_id(_get(_get(_get(data, "message"), "source"), "callId")), None)
+
+
+def _open_turn(log: Sequence[SessionEvent | Mapping[str, Any]]) -> _OpenTurn | None:
+    """Scan the log's last turn; None when no turn is open at its end."""
+    # Only the last turn matters (turn/start resets the state, turn/end closes it), so
+    # find its boundary from the end: a balanced log costs a few steps, not a full pass.
+    for index in range(len(log) - 1, -1, -1):
+        kind, _, _, data = _fields(log[index])
+        if kind == TURN_END:
+            return None
+        if kind == TURN_START:
+            state = _OpenTurn(_get(data, "turn"))
+            for event in log[index + 1 :]:
+                kind, seq, _, data = _fields(event)
+                state.see(kind, seq, data)
+            return state
+    return None
+
+
+def paused_calls(events: Iterable[SessionEvent | Mapping[str, Any]]) -> list[str]:
+    """Return the ids of the open turn's calls that wait on purpose (their latest marker
+    is ``tool/paused``), in transcript order; ``[]`` when no turn is open."""
+    log = events if isinstance(events, Sequence) else list(events)
+    state = _open_turn(log)
+    if state is None:
+        return []
+    return [call_id for call_id, entry in state.pending.items() if entry.paused]
 
 
 def interrupted_turn_closers(
@@ -96,69 +173,38 @@ def interrupted_turn_closers(
     if a step is open, then ``turn/end`` with reason ``interrupted``. A synthetic result
     names the open turn and the step of the assistant message that requested the call.
 
+    A pending call whose latest marker is ``tool/paused`` waits on purpose: it gets no
+    result, and while one is paused neither the step nor the turn is closed (the other
+    pending calls are still answered), so the session resumes with its turn open.
+
     Pure and idempotent: ``interrupted_turn_closers(log + closers) == []``, also after a
     ``session/end-seed`` is added behind them (the scan ignores it).
     """
-    # Only the last turn matters (turn/start resets the state, turn/end closes it), so
-    # find its boundary from the end: a balanced log costs a few steps, not a full pass.
     log = events if isinstance(events, Sequence) else list(events)
-    start = None
-    for index in range(len(log) - 1, -1, -1):
-        kind = _fields(log[index])[0]
-        if kind == TURN_END:
-            return []
-        if kind == TURN_START:
-            start = index
-            break
-    if start is None:
+    state = _open_turn(log)
+    if state is None:
         return []
     last_seq, last_time = _fields(log[-1])[1:3]
-    turn_open = False
-    turn: Any = None
-    step_open = False
-    step: Any = None
-    # Insertion order is the order of the tool-call blocks in the transcript; a block id
-    # requested again keeps its position and forgets any recorded start.
-    pending: dict[str, _Pending] = {}
-    for event in log[start:]:
-        kind, seq_of_event, _, data = _fields(event)
-        if kind == TURN_START:
-            turn_open, turn = True, _get(data, "turn")
-            step_open, step = False, None
-            pending.clear()
-        elif kind == TURN_END:
-            turn_open, turn = False, None
-            step_open, step = False, None
-            pending.clear()
-        elif kind == STEP_START:
-            step_open, step = True, _get(data, "step")
-        elif kind == STEP_END:
-            step_open, step = False, None
-            pending.clear()
-        elif kind == ASSISTANT_MESSAGE:
-            content = _get(_get(data, "message"), "content")
-            for block in content if isinstance(content, tuple | list) else ():
-                call_id = _get(block, "id")
-                if _get(block, "type") == "tool-call" and type(call_id) is str and call_id:
-                    pending[call_id] = _Pending(_get(data, "step"))
-        elif kind == TOOL_CALL:
-            # Only a call the model requested counts as started; a tool/call seen before
-            # (or without) the assistant message naming it is not a pending call.
-            entry = pending.get(_call_id(_get(data, "callId")))
-            if entry is not None:
-                entry.call_seq = seq_of_event
-        elif kind == TOOL_RESULT:
-            pending.pop(_call_id(_get(_get(_get(data, "message"), "source"), "callId")), None)
-    if not turn_open:
-        return []
+    turn = state.turn
     closers: list[dict[str, Any]] = []
     seq = last_seq + 1
-    for call_id, entry in pending.items():
+    paused = False
+    for call_id, entry in state.pending.items():
+        if entry.paused:
+            paused = True
+            continue
         closers.append(_synthetic_result(call_id, entry, turn, seq, last_time))
         seq += 1
-    if step_open:
+    if paused:
+        return closers
+    if state.step_open:
         closers.append(
-            {"type": STEP_END, "seq": seq, "time": last_time, "data": {"turn": turn, "step": step}}
+            {
+                "type": STEP_END,
+                "seq": seq,
+                "time": last_time,
+                "data": {"turn": turn, "step": state.step},
+            }
         )
         seq += 1
     closers.append(

@@ -26,6 +26,7 @@ from sessionledger.vocabulary import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PAUSED,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -243,6 +244,19 @@ def _check_tool_call(data: object) -> None:
         )
 
 
+def _check_tool_paused(data: object) -> None:
+    checked = _turn_step(TOOL_PAUSED, data)
+    if not _nonempty(checked.get("callId")):
+        raise _fail(TOOL_PAUSED, "data.callId must be a non-empty str", checked.get("callId"))
+    reason = checked.get("reason")
+    if not (type(reason) is FrozenDict and _nonempty(reason.get("kind"))):
+        raise _fail(
+            TOOL_PAUSED,
+            'data.reason must be an object {kind: str, ...} (e.g. kind "approval" or "deferred")',
+            reason,
+        )
+
+
 def _check_tool_result(data: object) -> None:
     checked = _turn_step(TOOL_RESULT, data)
     if "error" in checked:
@@ -280,6 +294,7 @@ DATA_CHECKS: Final[dict[str, Callable[[Any], None]]] = {
     ASSISTANT_CHUNK: _check_chunk,
     ASSISTANT_MESSAGE: _check_assistant_message,
     TOOL_CALL: _check_tool_call,
+    TOOL_PAUSED: _check_tool_paused,
     TOOL_RESULT: _check_tool_result,
     REQUEST_CONTEXT: _check_request_context,
     SESSION_END_SEED: _check_end_seed,

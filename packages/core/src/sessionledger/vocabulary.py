@@ -21,6 +21,7 @@ __all__ = [
     "STEP_START",
     "SURFACE_TYPES",
     "TOOL_CALL",
+    "TOOL_PAUSED",
     "TOOL_RESULT",
     "TURN_END",
     "TURN_START",
@@ -34,6 +35,7 @@ __all__ = [
     "TextBlock",
     "ToolCallBlock",
     "ToolCallData",
+    "ToolPausedData",
     "ToolResultBlock",
     "ToolResultData",
     "assistant_message",
@@ -55,6 +57,9 @@ ASSISTANT_CHUNK: Final = "assistant/chunk"
 ASSISTANT_MESSAGE: Final = "assistant/message"
 TOOL_CALL: Final = "tool/call"
 TOOL_RESULT: Final = "tool/result"
+#: A requested call waits on purpose (an approval, a deferred tool): crash repair leaves
+#: it open (docs/reading.md, "Pausing is not crashing").
+TOOL_PAUSED: Final = "tool/paused"
 REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 SESSION_END_SEED: Final = "session/end-seed"
@@ -78,6 +83,7 @@ CORE_EVENT_TYPES: Final = (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     TOOL_CALL,
+    TOOL_PAUSED,
     TOOL_RESULT,
     REQUEST_HEADER,
     REQUEST_CONTEXT,
@@ -146,6 +152,13 @@ class ToolCallData(TypedDict):
     callId: str
     name: str
     arguments: str
+
+
+class ToolPausedData(TypedDict):
+    turn: int
+    step: int
+    callId: str
+    reason: dict[str, Any]
 
 
 class ToolResultData(TypedDict):

@@ -20,6 +20,7 @@ __all__ = [
     "STEP_SCOPE",
     "STEP_START_TURN",
     "STEP_START_WHILE_OPEN",
+    "TOOL_PAUSE_UNREQUESTED",
     "TOOL_RESULT_UNPAIRED",
     "TURN_END_MISMATCH",
     "TURN_END_STEP_OPEN",
@@ -39,6 +40,7 @@ STEP_NUMBER: Final = "step-number"
 STEP_SCOPE: Final = "step-scope"
 TOOL_RESULT_UNPAIRED: Final = "tool-result-unpaired"
 REPLACE_OUTSIDE_TURN: Final = "replace-outside-turn"
+TOOL_PAUSE_UNREQUESTED: Final = "tool-pause-unrequested"
 TURN_SCOPE: Final = "turn-scope"
 
 #: Rule identifier → what it checks, in the order a reader meets them in a turn.
@@ -53,12 +55,16 @@ RULES: Final = FrozenDict(
         STEP_START_WHILE_OPEN: "step/start only when no step is open",
         STEP_NUMBER: "step/start carries the next step number (1, 2, 3… per turn)",
         STEP_SCOPE: (
-            "step/end, assistant/chunk, assistant/message, tool/call and appended "
-            "tool/result name the open turn and step"
+            "step/end, assistant/chunk, assistant/message, tool/call, tool/paused and "
+            "appended tool/result name the open turn and step"
         ),
         TOOL_RESULT_UNPAIRED: (
             "an appended tool/result answers a tool/call pending in the open step "
             "(a TOOL_NOT_STARTED repair result is exempt)"
+        ),
+        TOOL_PAUSE_UNREQUESTED: (
+            "tool/paused names a call an assistant message of the open step requested "
+            "and no tool/result answered yet"
         ),
         REPLACE_OUTSIDE_TURN: "a replacement tool/result is appended inside an open turn",
         TURN_SCOPE: "request/header and request/context are appended inside an open turn",

@@ -28,6 +28,7 @@ from sessionledger.vocabulary import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PAUSED,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -38,6 +39,7 @@ from sessionledger_invariants.rules import (
     STEP_SCOPE,
     STEP_START_TURN,
     STEP_START_WHILE_OPEN,
+    TOOL_PAUSE_UNREQUESTED,
     TOOL_RESULT_UNPAIRED,
     TURN_END_MISMATCH,
     TURN_END_STEP_OPEN,
@@ -70,7 +72,9 @@ class Trace(NamedTuple):
 
     ``open_step`` is only set while ``open_turn`` is; ``next_turn`` and ``next_step`` are
     the only numbers the next ``turn/start`` and ``step/start`` may carry; ``pending``
-    holds the call ids recorded by ``tool/call`` in the open step and not answered yet.
+    holds the call ids recorded by ``tool/call`` in the open step and not answered yet;
+    ``requested`` the call ids the open step's assistant messages asked for and no result
+    answered yet (what a ``tool/paused`` may name).
     """
 
     open_turn: int | None = None
@@ -78,6 +82,7 @@ class Trace(NamedTuple):
     next_turn: int = 1
     next_step: int = 1
     pending: frozenset[str] = frozenset()
+    requested: frozenset[str] = frozenset()
 
 
 #: The trace of an empty log.
@@ -285,6 +290,48 @@ def _with_call(trace: Trace, call_id: object) -> Trace:
         trace.next_turn,
         trace.next_step,
         trace.pending | {call_id},
+        trace.requested,
+    )
+
+
+def _requested_ids(data: Any) -> frozenset[str]:
+    content = _field(_field(data, "message"), "content")
+    if type(content) is not tuple and type(content) is not list:
+        return _NO_CALLS
+    return frozenset(
+        ident
+        for block in content
+        if _field(block, "type") == "tool-call" and type(ident := _field(block, "id")) is str
+    )
+
+
+def _assistant_message(trace: Trace, event: EventView) -> Trace:
+    in_step = _in_step(trace, event)
+    requested = _requested_ids(event.data)
+    if not requested:
+        return in_step
+    return Trace(
+        in_step.open_turn,
+        in_step.open_step,
+        in_step.next_turn,
+        in_step.next_step,
+        in_step.pending,
+        in_step.requested | requested,
+    )
+
+
+def _tool_paused(trace: Trace, event: EventView) -> Trace:
+    data = event.data
+    call_id = _field(data, "callId")
+    _in_step(trace, event)
+    if call_id in trace.requested:
+        return trace
+    requested = ", ".join(repr(ident) for ident in sorted(trace.requested)) or "none"
+    raise RuleBroken(
+        TOOL_PAUSE_UNREQUESTED,
+        f"tool/paused for call {_show(call_id)}: expected a call the open step's assistant "
+        f"messages requested and nothing answered yet (requested: {requested}), saw none",
+        trace,
     )
 
 
@@ -331,7 +378,9 @@ def _not_started(data: Any) -> bool:
 
 
 def _without_call(trace: Trace, call_id: object) -> Trace:
-    if type(call_id) is not str or call_id not in trace.pending:
+    if type(call_id) is not str or (
+        call_id not in trace.pending and call_id not in trace.requested
+    ):
         return trace
     return Trace(
         trace.open_turn,
@@ -339,6 +388,7 @@ def _without_call(trace: Trace, call_id: object) -> Trace:
         trace.next_turn,
         trace.next_step,
         trace.pending - {call_id},
+        trace.requested - {call_id},
     )
 
 
@@ -371,7 +421,7 @@ def _tool_result(trace: Trace, event: EventView) -> Trace:
     if call_id in trace.pending:
         return _without_call(trace, call_id)
     if _not_started(data):
-        return trace
+        return _without_call(trace, call_id)
     pending = ", ".join(repr(pending) for pending in sorted(trace.pending)) or "none"
     raise RuleBroken(
         TOOL_RESULT_UNPAIRED,
@@ -399,8 +449,9 @@ TRANSITIONS: Final[Mapping[str, Callable[[Trace, EventView], Trace]]] = FrozenDi
         STEP_START: _step_start,
         STEP_END: _step_end,
         ASSISTANT_CHUNK: _in_step,
-        ASSISTANT_MESSAGE: _in_step,
+        ASSISTANT_MESSAGE: _assistant_message,
         TOOL_CALL: _tool_call,
+        TOOL_PAUSED: _tool_paused,
         TOOL_RESULT: _tool_result,
         REQUEST_HEADER: _in_turn,
         REQUEST_CONTEXT: _in_turn,

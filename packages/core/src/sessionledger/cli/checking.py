@@ -20,13 +20,14 @@ from typing import Any
 
 from rich.text import Text
 
-from sessionledger.cli.inspecting import open_turn
+from sessionledger.cli.inspecting import open_turn, paused_note
 from sessionledger.cli.missing import install_hint
 from sessionledger.cli.render import event_table, make_console, plural, seq_ranges, write_json
 from sessionledger.cli.stores import opened_store
 from sessionledger.errors import ConfigError, EventDataError, LedgerError, SessionNotFoundError
 from sessionledger.events import SessionEvent
 from sessionledger.persistence import SessionPersistence, TornTail
+from sessionledger.repair import paused_calls
 from sessionledger.shapes import data_shape_problem
 
 __all__ = [
@@ -130,7 +131,10 @@ async def verify_session(
                 "quarantine file ('repair --dry-run' shows what)"
             )
         turn = open_turn(stored)
-        if turn is not None:
+        waiting = paused_calls(stored)
+        if turn is not None and waiting:
+            report.notes.append(paused_note(turn, waiting))
+        elif turn is not None:
             report.notes.append(
                 f"turn {turn} is open (interrupted, or still running); a resume or "
                 f"'repair' appends {plural(repaired, 'closing event')}"
@@ -309,6 +313,7 @@ async def repair(args: argparse.Namespace) -> int:
             stored = await store.load(args.id)
     appended = list(stored.events[len(before) :])
     torn = stored.torn_tail
+    waiting = paused_calls(stored.events)
     if args.json:
         write_json(
             {
@@ -316,12 +321,17 @@ async def repair(args: argparse.Namespace) -> int:
                 "dryRun": bool(args.dry_run),
                 "tornTail": _torn_json(torn),
                 "appended": [event.to_json() for event in appended],
+                "paused": waiting,
             }
         )
         return 0
     console = make_console()
+    turn = open_turn(stored.events)
+    if waiting and turn is not None:
+        console.print(f"{args.id}: {paused_note(turn, waiting)}", markup=False)
     if torn is None and not appended:
-        console.print(f"{args.id}: nothing to repair (no torn tail, no open turn)", markup=False)
+        what = "no torn tail, no turn to close" if waiting else "no torn tail, no open turn"
+        console.print(f"{args.id}: nothing to repair ({what})", markup=False)
         return 0
     if torn is not None:
         action = _torn_action(args.id, torn, len(before), done=not args.dry_run)

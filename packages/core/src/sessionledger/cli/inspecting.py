@@ -51,7 +51,7 @@ from sessionledger.listing import (
     parse_when,
 )
 from sessionledger.persistence import SessionPersistence
-from sessionledger.repair import interrupted_turn_closers
+from sessionledger.repair import interrupted_turn_closers, paused_calls
 from sessionledger.surface import fold_surface
 from sessionledger.vocabulary import TURN_END, TURN_START
 
@@ -62,6 +62,7 @@ __all__ = [
     "messages",
     "next_page_command",
     "open_turn",
+    "paused_note",
     "show",
     "stale_hint",
     "stats",
@@ -86,6 +87,16 @@ def open_turn(events: Sequence[SessionEvent]) -> int | None:
             turn = event.data.get("turn") if hasattr(event.data, "get") else None
             return turn if type(turn) is int else -1
     return None
+
+
+def paused_note(turn: int, calls: Sequence[str]) -> str:
+    """Say that an open turn waits on purpose (docs/reading.md, "Pausing is not crashing")."""
+    named = ", ".join(repr(call) for call in calls)
+    return (
+        f"turn {turn} is paused: {plural(len(calls), 'call')} ({named}) "
+        f"{'waits' if len(calls) == 1 else 'wait'} on purpose (tool/paused), and repair "
+        "leaves the turn open for the harness to answer"
+    )
 
 
 async def list_sessions(args: argparse.Namespace) -> int:
@@ -349,7 +360,14 @@ async def show(args: argparse.Namespace) -> int:
             f"{len(shown)} of {plural(len(events), 'event')} shown ({what})", markup=False
         )
     turn = open_turn(events)
-    if turn is not None:
+    waiting = paused_calls(events)
+    if turn is not None and waiting:
+        closers = interrupted_turn_closers(events)
+        note = paused_note(turn, waiting)
+        if closers:
+            note += f"; 'sessionledger repair {header.id}' answers the calls that are not paused"
+        console.print(Text(note + ".", style="yellow"))
+    elif turn is not None:
         closers = interrupted_turn_closers(events)
         console.print(
             Text(

@@ -23,6 +23,7 @@ from sessionledger.vocabulary import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_PAUSED,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
@@ -214,6 +215,9 @@ def event_preview(event: SessionEvent, limit: int | None = PREVIEW_CHARS) -> str
     elif kind == TOOL_CALL:
         call, name = shown(lookup(data, "callId")), shown(lookup(data, "name"))
         text = f"{call} {name}({shown(lookup(data, 'arguments'))})"
+    elif kind == TOOL_PAUSED:
+        reason = shown(lookup(lookup(data, "reason"), "kind"))
+        text = f"{shown(lookup(data, 'callId'))} waits for {reason}"
     elif kind == TOOL_RESULT:
         error = lookup(data, "error")
         code = f"[{shown(lookup(error, 'code'))}] " if error is not None else ""

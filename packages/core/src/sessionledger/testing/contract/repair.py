@@ -80,6 +80,26 @@ class RepairClauses(ContractBase):
         await backend.close()
 
     @pytest.mark.asyncio
+    async def test_a_paused_call_is_left_open_without_a_write(
+        self, backend_factory: BackendFactory
+    ) -> None:
+        # docs/reading.md, "Pausing is not crashing": the load invents no outcome and
+        # writes nothing; the turn stays open until the real result answers the call.
+        session = Session.create("paused", clock=counting_clock())
+        closed_turn(session, 1)
+        open_turn_with_pending_call(session, 2, call_id="ask")
+        pause = {"turn": 2, "step": 1, "callId": "ask", "reason": {"kind": "approval"}}
+        session.append("tool/paused", pause)
+        backend = backend_factory()
+        await store_log(backend, "paused", list(session.events))
+        before = await revision_of(backend, "paused")
+        assert same_events(session.events, (await backend.inspect("paused")).events)
+        loaded = await backend.load("paused")
+        assert same_events(session.events, loaded.events)
+        assert await revision_of(backend, "paused") == before
+        await backend.close()
+
+    @pytest.mark.asyncio
     async def test_inspect_repairs_in_memory_and_never_writes(
         self, backend_factory: BackendFactory
     ) -> None:
