@@ -28,12 +28,13 @@ PACKAGES = [
     "./packages/adapter-langchain",
     "./packages/adapter-pydantic-ai",
 ]
-TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100"]
+TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "blockbuster>=1.5"]
 LINT_TOOLS = ["ruff==0.17.6"]
 TYPE_TOOLS = [
     "mypy==2.4.1",
     "pytest>=8",
     "hypothesis>=6.100",
+    "blockbuster>=1.5",
     "aiosqlite>=0.20",
     "rich>=13",
     "asyncpg-stubs>=0.29",

@@ -77,5 +77,12 @@ class TestPostgresContract(PersistenceContract):
         return contract_factory
 
     @pytest.fixture
+    def ledger_may_block_in(self) -> list[tuple[str, str]]:
+        # asyncpg looks for ~/.pgpass (a stat, then a read) on the loop each time it
+        # opens a connection without a password: pool growth and the claim connection.
+        # Its parameter parsing is private, so the store cannot do it in a thread.
+        return [("asyncpg/connect_utils.py", "_read_password_from_pgpass")]
+
+    @pytest.fixture
     def ledger_backend_tamper(self, pg_url: str) -> PostgresTamper:
         return PostgresTamper(parse_postgres_url(pg_url)[0])

@@ -26,6 +26,7 @@ import hashlib
 import os
 import socket
 import struct
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Final
@@ -78,6 +79,9 @@ class Claims:
     directory of holder notes (created ``0700``); neither may be a symbolic link, and a
     lock file with another name is refused (``ConfigError``, docs/durability.md).
     *prepare* runs before the first claim (a store creates its directory there).
+    Every method works on files, so a store calls them in a worker thread, never on the
+    event loop (docs/backends.md, "no blocking call on the event loop"); one lock keeps
+    calls from several threads from sharing a descriptor that one of them closes.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class Claims:
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], Claims] | None = None
         self._held: set[str] = set()
+        self._guard = threading.RLock()
         _EVERY.add(self)
 
     def holds(self, session_id: str) -> bool:
@@ -98,6 +103,10 @@ class Claims:
     def claim(self, session_id: str) -> None:
         """Take *session_id*'s claim at once, or raise ``SessionLockedError`` naming the
         holder as its note has it."""
+        with self._guard:
+            self._claim(session_id)
+
+    def _claim(self, session_id: str) -> None:
         if session_id in self._held:
             return
         fd = self._descriptor()
@@ -113,6 +122,10 @@ class Claims:
 
     def release(self, session_id: str) -> None:
         """Let go of *session_id*'s claim, if held; the descriptor closes with the last."""
+        with self._guard:
+            self._release(session_id)
+
+    def _release(self, session_id: str) -> None:
         if session_id not in self._held:
             return
         self._held.discard(session_id)
@@ -125,8 +138,9 @@ class Claims:
 
     def release_all(self) -> None:
         """Let go of every claim this store object holds."""
-        for session_id in list(self._held):
-            self.release(session_id)
+        with self._guard:
+            for session_id in list(self._held):
+                self._release(session_id)
 
     def _descriptor(self) -> int:
         if self._fd is None:
@@ -147,6 +161,7 @@ class Claims:
             self._closer = None
         fd, self._fd = self._fd, None
         self._held.clear()
+        self._guard = threading.RLock()  # another thread may have held it at the fork
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
-from sessionledger.cancellation import uninterrupted
+from sessionledger.cancellation import in_thread, uninterrupted
 from sessionledger.catalog import SessionCatalog
 from sessionledger.committed import (
     ScannedLog,
@@ -83,6 +83,14 @@ class ColdLoad(SessionCatalog):
         event-type registry and ignorable")."""
         if self._event_types is None:
             self._event_types = default_event_types()
+        return self._event_types
+
+    async def _registry(self) -> EventTypeRegistry:
+        """``event_types`` for an async path: the first default registry of the process
+        discovers entry points, reading package metadata from disk, so it is built in a
+        worker thread (docs/backends.md, "no blocking call on the event loop")."""
+        if self._event_types is None:
+            self._event_types = await in_thread(default_event_types)
         return self._event_types
 
     @abstractmethod
@@ -233,10 +241,10 @@ class ColdLoad(SessionCatalog):
         raw = await self._store.read_log(session_id)
         if raw is None:
             raise SessionNotFoundError("session not found", session_id=session_id)
+        hooks = hooks or SessionHooks(event_types=await self._registry())
         with collector_paused():
             scan = scan_log(session_id, raw, contiguous_from=0, release=True)
             events = scan.events
-            hooks = hooks or SessionHooks(event_types=self.event_types)
             closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             try:
                 log = events.plus(closers) if type(events) is EventLog else [*events, *closers]

@@ -234,7 +234,7 @@ class SessionPersistence(ColdLoad):
         ``SessionExistsError``; *owner* (default: this object) then holds the session, as
         after ``append``."""
         writer = self._owners.writer(owner)
-        log = publishing.whole_log(header, events, self.event_types)
+        log = publishing.whole_log(header, events, await self._registry())
         async with self._lock(header.id):
             await uninterrupted(self._publish_locked(header, log, writer))
 

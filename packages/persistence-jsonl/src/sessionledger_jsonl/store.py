@@ -230,12 +230,12 @@ class JsonlLogStore(LogStore):
         await self._run(session_id, self._writers.claim, session_id)
 
     async def release(self, session_id: str) -> None:
-        # The policy holds the session's operation lock, so no worker thread uses the
-        # descriptor while it is closed here.
-        self._writers.release(session_id)
+        # The policy holds the session's operation lock, so no other worker thread uses
+        # the descriptor while it is closed; a lock note is a file: never on the loop.
+        await self._run(session_id, self._writers.release, session_id)
 
     async def close(self) -> None:
-        self._writers.release_all()
+        await self._run(None, self._writers.release_all)
 
     def abandon(self) -> None:
         self._writers.release_all()

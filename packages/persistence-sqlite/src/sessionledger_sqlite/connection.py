@@ -21,7 +21,7 @@ from typing import Final, Literal, final
 
 import aiosqlite
 
-from sessionledger.cancellation import uninterrupted
+from sessionledger.cancellation import in_thread, uninterrupted
 from sessionledger.errors import ConfigError, LedgerError
 from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
@@ -191,7 +191,7 @@ class StoreConnection:
                 finally:
                     await _settle(db)
             except (sqlite3.Error, OSError) as error:
-                raise self.translate(error, session_id) from error
+                raise await self.translate(error, session_id) from error
 
     @contextlib.asynccontextmanager
     async def writing(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
@@ -227,13 +227,16 @@ class StoreConnection:
             except sqlite3.IntegrityError as error:
                 if schema.SEQ_MISMATCH in str(error):
                     raise Refused from error
-                raise self.translate(error, session_id) from error
+                raise await self.translate(error, session_id) from error
             except (sqlite3.Error, OSError) as error:
-                raise self.translate(error, session_id) from error
+                raise await self.translate(error, session_id) from error
 
-    def translate(self, error: sqlite3.Error | OSError, session_id: str | None) -> LedgerError:
-        """The library's error for a driver or OS error (``failures.translate``)."""
-        return failures.translate(error, self.path, self.busy_timeout, session_id)
+    async def translate(
+        self, error: sqlite3.Error | OSError, session_id: str | None
+    ) -> LedgerError:
+        """The library's error for a driver or OS error (``failures.translate``), found in
+        a worker thread: telling a full disk asks the file system."""
+        return await in_thread(failures.translate, error, self.path, self.busy_timeout, session_id)
 
     def abandon(self) -> None:
         """Stop both connections' threads without awaiting them (the loop they answered
@@ -264,4 +267,4 @@ class StoreConnection:
             try:
                 await db.close()
             except sqlite3.Error as error:
-                raise self.translate(error, None) from error
+                raise await self.translate(error, None) from error

@@ -235,7 +235,7 @@ async def open_reader(path: str, busy_timeout: float) -> aiosqlite.Connection | 
         return None
     location = "file:" + urllib.parse.quote(path)
     for options in _READ_ONLY_OPENS:
-        if options != _READ_ONLY_OPENS[0] and _wal_size(path):
+        if options != _READ_ONLY_OPENS[0] and await asyncio.to_thread(_wal_size, path) > 0:
             # An immutable open ignores the WAL: it would not see transactions still in it.
             raise ConfigError(
                 f"the database {path!r} cannot be read where it is (its directory takes no "

@@ -182,15 +182,15 @@ class SqliteLogStore(LogStore):
         try:
             await in_thread(self._claim, self._claims, session_id)  # a cancelled caller waits
         except OSError as error:
-            raise self._connections.translate(error, session_id) from error
+            raise await self._connections.translate(error, session_id) from error
 
     def _claim(self, claims: Claims, session_id: str) -> None:
         names.check_same_file(self.path, self._connections.opened)
         claims.claim(session_id)
 
     async def release(self, session_id: str) -> None:
-        if self._claims is not None:
-            self._claims.release(session_id)
+        if self._claims is not None and self._claims.holds(session_id):
+            await in_thread(self._claims.release, session_id)  # files: never on the loop
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -451,7 +451,7 @@ class SqliteLogStore(LogStore):
 
     async def close(self) -> None:
         if self._claims is not None:
-            self._claims.release_all()
+            await in_thread(self._claims.release_all)
         await self._connections.close()
 
     def abandon(self) -> None:

@@ -32,6 +32,7 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
+from sessionledger.cancellation import in_thread
 from sessionledger.cli.app import CommandError
 from sessionledger.cli.demo_agent import (
     PACKAGE_JSON,
@@ -208,8 +209,9 @@ def command_prefix() -> str:
     return f"{shlex.quote(sys.executable)} -m sessionledger"
 
 
-def _next_commands(console: Console, args: argparse.Namespace, session: Session, at: int) -> None:
-    prefix = command_prefix()
+def _next_commands(
+    console: Console, args: argparse.Namespace, session: Session, at: int, prefix: str
+) -> None:
     if args.store is not None:
         prefix += f" --store {shlex.quote(args.store)}"
     sid = shlex.quote(session.id)
@@ -245,15 +247,14 @@ async def demo(args: argparse.Namespace) -> int:
 
     console.rule("sessionledger demo")
     say(f"store {url}, session {session_id}; a scripted model, no network")
-    with tempfile.TemporaryDirectory(prefix="sessionledger-demo-") as tmp:
-        workdir = Path(tmp)
-        (workdir / "package.json").write_bytes(
-            orjson.dumps(PACKAGE_JSON, option=orjson.OPT_INDENT_2)
-        )
+    # The demo's files are made and removed in a worker thread, never on the event loop
+    # (docs/backends.md, "no blocking call on the event loop").
+    workdir = await in_thread(_make_workdir)
+    try:
         async with opened_ledger(url, plugins=invariants_plugins()) as ledger:
             await _check_unused(ledger, session_id)
             session = ledger.create(
-                session_id, cwd=str(workdir.resolve()), title="demo: summarise package.json"
+                session_id, cwd=str(workdir), title="demo: summarise package.json"
             )
             output = await _play_turn_1(ledger, session, args.seed, workdir, say)
         await _crash_turn_2(url, session_id, args.seed, say)
@@ -291,5 +292,15 @@ async def demo(args: argparse.Namespace) -> int:
             console.print(message_table(session.transcript(), clip=CLIP))
             console.rule("Provenance of each surface node")
             console.print(provenance_table(events, session.surface.nodes))
-            _next_commands(console, args, session, summary.seq - 1)
+            _next_commands(console, args, session, summary.seq - 1, await in_thread(command_prefix))
+    finally:
+        await in_thread(shutil.rmtree, workdir, ignore_errors=True)
     return 0
+
+
+def _make_workdir() -> Path:
+    """A new directory holding the ``package.json`` the demo's agent reads (its path
+    resolved: the session's working directory)."""
+    workdir = Path(tempfile.mkdtemp(prefix="sessionledger-demo-")).resolve()
+    (workdir / "package.json").write_bytes(orjson.dumps(PACKAGE_JSON, option=orjson.OPT_INDENT_2))
+    return workdir

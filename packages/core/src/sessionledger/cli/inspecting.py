@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sessionledger import jsoncodec
+from sessionledger.cancellation import in_thread
 from sessionledger.chunks import pack_chunk_runs
 from sessionledger.cli.render import (
     local_datetime,
@@ -109,7 +110,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
     url: str = args.store_url
     query = listing_query(args)
     page = SessionPage((), None)
-    if not store_is_missing(url):
+    if not await in_thread(store_is_missing, url):
         async with opened_store(url, plugins=args.plugins) as store:
             page = await store.list_sessions(query)
     if args.json:
@@ -515,11 +516,12 @@ def _distributions(ledger: Ledger) -> dict[str, str]:
 
 async def catalog(args: argparse.Namespace) -> int:
     """``catalog``: the registered event types, who registered them, and store schemes."""
-    ledger = Ledger(plugins=args.plugins)
+    # Finding plugins and their distributions reads package metadata: not on the loop.
+    ledger = await in_thread(Ledger, plugins=args.plugins)
     try:
         registry = ledger.plugins.event_types
         schemes = sorted(ledger.plugins.backends())
-        dists = _distributions(ledger)
+        dists = await in_thread(_distributions, ledger)
     finally:
         await ledger.close()
     rows: list[dict[str, Any]] = [

@@ -11,6 +11,7 @@ from typing import Any, Final
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from sessionledger.cancellation import in_thread
 from sessionledger.cli.checking import load_check_log
 from sessionledger.cli.render import make_console, plural, write_json
 from sessionledger.cli.stores import opened_ledger, opened_store
@@ -172,7 +173,7 @@ async def import_history(args: argparse.Namespace) -> int:
     history that passes them all is appended through a ledger and flushed, so a bad file
     leaves nothing in the store.
     """
-    messages, system = load_history_file(Path(args.file).read_bytes())
+    messages, system = load_history_file(await in_thread(Path(args.file).read_bytes))
     if args.format == "openai":
         if system is not None:
             messages = [{"role": "system", "content": system}, *messages]

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sessionledger import jsoncodec
+from sessionledger.cancellation import in_thread
 from sessionledger.cli.render import local_datetime, make_console, write_json
 from sessionledger.cli.stores import opened_store, store_is_missing
 from sessionledger.cli.words import plural
@@ -162,7 +163,7 @@ def _print_skipped(console: Any, skipped: Iterable[tuple[str, str]]) -> None:
 async def audit(args: argparse.Namespace) -> int:
     """``audit``: the store's audit log, one row per prune (begin and end paired)."""
     records: list[Mapping[str, Any]] = []
-    if not store_is_missing(args.store_url):
+    if not await in_thread(store_is_missing, args.store_url):
         async with opened_store(args.store_url, plugins=args.plugins) as store:
             records = list(await store.audit())
     if args.json:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
+from sessionledger.cancellation import in_thread
 from sessionledger.cli.render import local_datetime, make_console, write_json
 from sessionledger.cli.stores import opened_store, store_is_missing
 from sessionledger.cli.words import plural
@@ -26,7 +27,7 @@ __all__ = ["highlighted", "search"]
 async def search(args: argparse.Namespace) -> int:
     """``search TEXT [--session ID] [--limit N] [--type TYPE ...]``."""
     hits: list[SearchHit] = []
-    if store_is_missing(args.store_url):
+    if await in_thread(store_is_missing, args.store_url):
         if args.session is not None:
             raise SessionNotFoundError("session not found", session_id=args.session)
     else:

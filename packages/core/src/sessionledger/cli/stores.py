@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sessionledger._plugins import AUTOLOAD_SWITCH, autoload_enabled
+from sessionledger.cancellation import in_thread
 from sessionledger.cli.missing import missing_backend
 from sessionledger.errors import ConfigError
 from sessionledger.files import make_private_dirs
@@ -106,6 +107,22 @@ def store_is_missing(url: str) -> bool:
     return path is not None and not path.exists()
 
 
+def _open_store(url: str, must_exist: bool, plugins: tuple[object, ...]) -> SessionPersistence:
+    if must_exist and store_is_missing(url):
+        raise ConfigError(
+            f"there is no store at {url} yet (run 'sessionledger demo' to create one, "
+            "or choose another with --store)"
+        )
+    if not must_exist:
+        prepare_for_writing(url)
+    return open_store(url, plugins=plugins)
+
+
+def _open_ledger(url: str, plugins: tuple[object, ...]) -> Ledger:
+    prepare_for_writing(url)
+    return Ledger.open(url, plugins=plugins)
+
+
 @asynccontextmanager
 async def opened_store(
     url: str, *, must_exist: bool = True, plugins: Iterable[object] = ()
@@ -117,14 +134,10 @@ async def opened_store(
     does not exist is a ``ConfigError`` instead of being created: a command that only
     looks must not leave an empty database behind.
     """
-    if must_exist and store_is_missing(url):
-        raise ConfigError(
-            f"there is no store at {url} yet (run 'sessionledger demo' to create one, "
-            "or choose another with --store)"
-        )
-    if not must_exist:
-        prepare_for_writing(url)
-    store = open_store(url, plugins=plugins)
+    # Looking for the store, finding plugins and building the backend all read files:
+    # one worker thread does them, never the event loop (docs/backends.md, "no blocking
+    # call on the event loop").
+    store = await in_thread(_open_store, url, must_exist, tuple(plugins))
     try:
         yield store
     finally:
@@ -140,8 +153,7 @@ async def opened_ledger(url: str, *, plugins: Iterable[object] = ()) -> AsyncIte
     that is about to exit has nothing to retry, and an open backend (an aiosqlite worker
     thread) would keep the process from exiting.
     """
-    prepare_for_writing(url)
-    ledger = Ledger.open(url, plugins=plugins)
+    ledger = await in_thread(_open_ledger, url, tuple(plugins))  # files: off the loop
     try:
         yield ledger
         await ledger.close()

@@ -14,6 +14,8 @@ The factory returns a *new* backend object over the *same* storage on every call
 is how reopening is tested) and accepts ``event_types=`` (an ``EventTypeRegistry``).
 Optionally override ``ledger_backend_tamper`` to return a ``Tamper`` for your medium;
 the tests of torn tails, corruption and format versions are skipped without one.
+Every clause runs under BlockBuster: a blocking call the backend makes on the event loop's
+thread fails it (docs/backends.md, "no blocking call on the event loop").
 ``PersistenceContract`` does not start with ``Test``, so pytest collects nothing until
 you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``,
 ``ownership``, ``listing``, ``publishing`` and ``through_ledger``; docs/backends.md, "the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 import pytest
@@ -11,6 +12,7 @@ import pytest_asyncio
 from sessionledger.events import SessionEvent, SessionHeader
 from sessionledger.persistence import SessionPersistence
 from sessionledger.session import Session
+from sessionledger.testing.blocking import no_blocking_calls, package_of
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 
 __all__ = [
@@ -56,21 +58,36 @@ class ContractBase:
         """Override to enable the torn-tail, corruption and version tests."""
         return None
 
+    @pytest.fixture
+    def ledger_may_block_in(self) -> list[tuple[str, str]]:
+        """Override to allow blocking calls under named ``(file, function)`` pairs, each
+        with its reason in a comment (docs/backends.md, "no blocking call on the event
+        loop"); the kit allows only a backend's synchronous construction."""
+        return []
+
     @pytest_asyncio.fixture
     async def backend_factory(
-        self, ledger_backend_factory: BackendFactory
+        self, ledger_backend_factory: BackendFactory, ledger_may_block_in: list[tuple[str, str]]
     ) -> AsyncIterator[BackendFactory]:
-        """The subclass's factory, with every backend it opened closed after the test."""
+        """The subclass's factory, with every backend it opened closed after the test.
+        From the first backend opened to the last closed, a blocking call that the
+        backend or the core makes on the event loop's thread fails the test."""
         opened: list[SessionPersistence] = []
+        with ExitStack() as watching:
 
-        def open_backend(**options: Any) -> SessionPersistence:
-            backend = ledger_backend_factory(**options)
-            opened.append(backend)
-            return backend
+            def open_backend(**options: Any) -> SessionPersistence:
+                backend = ledger_backend_factory(**options)
+                if not opened:  # from here on, a blocking call on the loop fails the test
+                    packages = {package_of(backend), package_of(backend.log_store)}
+                    # (not in construction: it is synchronous and may resolve a path)
+                    allowed = [(__file__, "open_backend"), *ledger_may_block_in]
+                    watching.enter_context(no_blocking_calls(packages, may_block_in=allowed))
+                opened.append(backend)
+                return backend
 
-        yield open_backend
-        for backend in opened:
-            await backend.close()
+            yield open_backend
+            for backend in opened:
+                await backend.close()
 
 
 def header_for(session_id: str, created_at: int = 1_000) -> SessionHeader:
