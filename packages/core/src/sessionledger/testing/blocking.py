@@ -13,7 +13,7 @@ operation on the loop is found, not only the few that are slow on a busy laptop.
 
 from __future__ import annotations
 
-import importlib
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -48,8 +48,9 @@ EXTRA_BLOCKING = (
 
 
 def package_of(thing: object) -> ModuleType:
-    """The top-level package that defines *thing*'s type (what to watch for a backend)."""
-    return importlib.import_module(type(thing).__module__.partition(".")[0])
+    """The top-level package that defines *thing*'s type (what to watch for a backend);
+    imported already, since the type exists."""
+    return sys.modules[type(thing).__module__.partition(".")[0]]
 
 
 @contextmanager
