@@ -204,8 +204,9 @@ def frameworks(session: nox.Session) -> None:
             for backend in FRAMEWORK_BACKENDS:
                 session.log(f"{pin}: its own tests on the {backend} backend")
                 session.run(
-                    "python", "-m", "pytest", "-q", "-p", "ledger_pool", "-p", plugin, "-p", "no:cacheprovider",
-                    "--timeout", "120", *paths, *session.posargs,
+                    "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "ledger_pool", "-p", plugin, "--timeout", "120",
+                    *paths, *session.posargs,
                     env={"PYTHONPATH": plugins, "SESSIONLEDGER_FRAMEWORK_BACKEND": backend},
                 )  # fmt: skip
 

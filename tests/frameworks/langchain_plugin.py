@@ -75,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     del config
     backend()  # refuse an unknown backend before collecting anything
     module = importlib.import_module("langchain_core.chat_history")
-    module.InMemoryChatMessageHistory = PooledChatMessageHistory  # type: ignore[misc]
+    module.InMemoryChatMessageHistory = PooledChatMessageHistory  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
