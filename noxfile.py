@@ -185,6 +185,9 @@ def frameworks(session: nox.Session) -> None:
     distribution, with its store swapped for the adapter, on every backend the
     ``FRAMEWORK_BACKENDS`` list names; every assertion is the framework's
     (tests/frameworks/ lists the few skips, each with its reason)."""
+    # --tb=native: the threads a known loop defect leaves behind (the SQLite store's
+    # connection threads of a loop that closed) raise while pytest formats a failure, and
+    # pytest's own source-range parsing then breaks on Python 3.11 (an INTERNALERROR).
     pins = list(FRAMEWORK_SUITES)
     session.install(*PACKAGES, *pins, *FRAMEWORK_TEST_TOOLS)
     work = Path(session.create_tmp()) / "frameworks"
@@ -205,7 +208,7 @@ def frameworks(session: nox.Session) -> None:
                 session.log(f"{pin}: its own tests on the {backend} backend")
                 session.run(
                     "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "-p", "ledger_pool", "-p", plugin, "--timeout", "120",
+                    "-p", "ledger_pool", "-p", plugin, "--timeout", "120", "--tb=native",
                     *paths, *session.posargs,
                     env={"PYTHONPATH": plugins, "SESSIONLEDGER_FRAMEWORK_BACKEND": backend},
                 )  # fmt: skip
