@@ -7,13 +7,6 @@ python openai_agents_child.py read STORE_URL SESSION_ID
 python openai_agents_child.py crash-plain STORE_URL SESSION_ID MARKER
 python openai_agents_child.py crash-approval STORE_URL SESSION_ID MARKER
     a run whose tool writes MARKER and blocks until the parent kills the process
-python openai_agents_child.py pause STORE_URL SESSION_ID STATE
-    a run that stops at a pending approval: the RunState goes to STATE, the ledger is
-    closed normally (a clean stop, not a crash); prints the items
-python openai_agents_child.py approve STORE_URL SESSION_ID STATE
-    loads STATE, approves the call and finishes the run; prints the items
-python openai_agents_child.py crash-stream STORE_URL SESSION_ID MARKER
-    a streamed run whose model writes MARKER after its first text delta and blocks
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from agents import Runner, RunState
+from agents import Runner
 from openai_agents_fakes import (
     MODEL_NAME,
     ScriptedModel,
@@ -34,9 +27,7 @@ from openai_agents_fakes import (
     approval_tool,
     blocking_tool,
     call,
-    deploy_tool,
     say,
-    stalling_stream,
 )
 
 from sessionledger import Ledger
@@ -70,26 +61,6 @@ async def main(command: str, url: str, session_id: str, marker: str | None) -> N
             state = first.to_state()
             state.approve(first.interruptions[0])
             await Runner.run(bot, state, session=session)  # the tool blocks: killed here
-        elif command == "pause":
-            assert marker is not None
-            model = ScriptedModel([[call("deploy", {"target": "prod"}, "call_deploy")]])
-            bot = agent(model, [deploy_tool])
-            paused = await Runner.run(bot, "Deploy to prod.", session=session)
-            assert paused.interruptions, "the run did not stop for approval"
-            Path(marker).write_text(paused.to_state().to_string())
-        elif command == "approve":
-            assert marker is not None
-            bot = agent(ScriptedModel([[say("Deployed to prod.", "msg_done")]]), [deploy_tool])
-            state = await RunState.from_string(bot, Path(marker).read_text())
-            state.approve(state.get_interruptions()[0])
-            await Runner.run(bot, state, session=session)
-        elif command == "crash-stream":
-            assert marker is not None
-            streamed = Runner.run_streamed(
-                agent(stalling_stream(Path(marker)), []), "Tell me a story.", session=session
-            )
-            async for _ in streamed.stream_events():
-                pass
         print(json.dumps(await session.get_items()))
 
 

@@ -15,8 +15,6 @@ from typing import Any
 from agents import Agent, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem
 from agents.models.interface import Model
-from agents.testing import ModelCall, ModelStep, assistant_message
-from agents.testing import ScriptedModel as SdkScriptedModel
 from agents.usage import Usage
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -123,33 +121,6 @@ def approval_tool(marker: Path) -> Any:
             time.sleep(1)
 
     return deploy
-
-
-@function_tool(name_override="deploy", needs_approval=True)
-def deploy_tool(target: str) -> str:
-    """Deploy to a target (after a human approved it)."""
-    return f"deployed to {target}"
-
-
-def stalling_stream(marker: Path) -> Model:
-    """The SDK's own scripted model, streaming an answer that stalls after its first text
-    delta (``marker`` written then): the parent kills the process mid-stream."""
-
-    async def events(call: ModelCall) -> AsyncIterator[Any]:
-        inner = SdkScriptedModel([ModelStep(output=[assistant_message("Once upon a time")])])
-        stream = inner.stream_response(
-            call.system_instructions, call.input, call.model_settings, call.tools,
-            call.output_schema, call.handoffs, call.tracing,
-            previous_response_id=None, conversation_id=None, prompt=None,
-        )  # fmt: skip
-        async for event in stream:
-            yield event
-            if event.type == "response.output_text.delta":
-                marker.write_text("streaming")
-                while True:
-                    time.sleep(1)
-
-    return SdkScriptedModel([ModelStep.stream(events)])
 
 
 def agent(model: Model, tools: list[Any]) -> Agent[Any]:

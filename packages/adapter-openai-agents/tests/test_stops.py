@@ -22,7 +22,7 @@ from openai_agents_fakes import MODEL_NAME, ScriptedModel, add, agent, say
 from sessionledger import Ledger
 from sessionledger_openai_agents import LedgerSession
 
-CHILD = Path(__file__).with_name("openai_agents_child.py")
+CHILD = Path(__file__).with_name("openai_agents_stops.py")
 
 
 def child(*args: str) -> list[dict[str, object]]:
