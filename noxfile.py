@@ -1,5 +1,5 @@
-"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `sanitize`, `bench`,
-`demo`.
+"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `sanitize`,
+`frameworks`, `bench`, `demo`.
 
 Every session installs the packages from this repository into a fresh virtual
 environment, so what runs is what a user gets from pip.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import nox
@@ -142,6 +143,76 @@ def sanitize(session: nox.Session) -> None:
         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:faulthandler",
         "--capture=sys", *SANITIZED_TESTS, *session.posargs, env=env,
     )  # fmt: skip
+
+
+#: The frameworks whose own session/history tests run on the adapters (``frameworks``):
+#: pinned versions (inside the adapters' dependency ranges), the plugin that swaps the
+#: framework's store for ours (tests/frameworks/), and the framework's test files. Their
+#: source distributions come from the package index. pydantic-ai publishes no tests in
+#: any of its source distributions (pydantic-ai-slim, pydantic-ai): the adapter is covered
+#: by its own tests and their restarts only.
+FRAMEWORK_SUITES = {
+    "openai-agents==0.24.0": (
+        "openai_agents_plugin",
+        [
+            "tests/memory/test_session.py",
+            "tests/memory/test_session_limit.py",
+            "tests/memory/test_session_persistence_sanitize.py",
+            "tests/test_hitl_session_scenario.py",
+            "tests/deferred_session_writes",
+        ],
+    ),
+    "langchain-core==1.8.3": (
+        "langchain_plugin",
+        ["tests/unit_tests/runnables/test_history.py", "tests/unit_tests/chat_history"],
+    ),
+}
+#: What those test files import or configure besides the framework (their dev groups).
+FRAMEWORK_TEST_TOOLS = [
+    "pytest>=9.0.3,<10",
+    "pytest-asyncio>=1.3,<2",
+    "pytest-mock>=3.14,<4",
+    "pytest-timeout>=2.3,<3",
+    "inline-snapshot>=0.20.7",
+    "syrupy>=5,<6",
+    "blockbuster>=1.5.18,<1.6",
+]
+FRAMEWORK_BACKENDS = ["memory", "jsonl", "sqlite"]
+
+
+@nox.session
+def frameworks(session: nox.Session) -> None:
+    """Run each pinned framework's own session/history tests, from its source
+    distribution, with its store swapped for the adapter, on every backend the
+    ``FRAMEWORK_BACKENDS`` list names; every assertion is the framework's
+    (tests/frameworks/ lists the few skips, each with its reason)."""
+    # --tb=native: the threads a known loop defect leaves behind (the SQLite store's
+    # connection threads of a loop that closed) raise while pytest formats a failure, and
+    # pytest's own source-range parsing then breaks on Python 3.11 (an INTERNALERROR).
+    pins = list(FRAMEWORK_SUITES)
+    session.install(*PACKAGES, *pins, *FRAMEWORK_TEST_TOOLS)
+    work = Path(session.create_tmp()) / "frameworks"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    session.run(
+        "python", "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+        "--dest", str(work), *pins,
+    )  # fmt: skip
+    plugins = str(Path("tests/frameworks").resolve())
+    for pin, (plugin, paths) in FRAMEWORK_SUITES.items():
+        name, _, version = pin.partition("==")
+        stem = f"{name.replace('-', '_')}-{version}"
+        with tarfile.open(work / f"{stem}.tar.gz") as archive:
+            archive.extractall(work, filter="data")
+        with session.chdir(work / stem):
+            for backend in FRAMEWORK_BACKENDS:
+                session.log(f"{pin}: its own tests on the {backend} backend")
+                session.run(
+                    "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "ledger_pool", "-p", plugin, "--timeout", "120", "--tb=native",
+                    *paths, *session.posargs,
+                    env={"PYTHONPATH": plugins, "SESSIONLEDGER_FRAMEWORK_BACKEND": backend},
+                )  # fmt: skip
 
 
 @nox.session

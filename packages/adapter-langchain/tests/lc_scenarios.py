@@ -5,6 +5,7 @@ used by the tests in-process and as a child process:
     python lc_scenarios.py read URL SESSION    # prints the history
     python lc_scenarios.py crash URL SESSION   # stops after the AI tool-call message; waits
     python lc_scenarios.py sync URL SESSION    # the two-turn conversation from sync code
+    python lc_scenarios.py crash-stream URL SESSION  # streams an answer, stops mid-stream
 
 Histories are printed as ``messages_to_dict`` JSON, one line.
 """
@@ -18,7 +19,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.language_models.fake_chat_models import (
+    FakeMessagesListChatModel,
+    GenericFakeChatModel,
+)
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -115,7 +119,23 @@ async def child(mode: str, url: str, session_id: str) -> None:
             print("READY", flush=True)  # the AI tool-call message is durable
             while True:  # the tool "runs" until the parent kills this process
                 await asyncio.sleep(3600)
+        elif mode == "crash-stream":
+            await stream_and_stall(history)
         print(dump(await history.aget_messages()), flush=True)
+
+
+async def stream_and_stall(history: LedgerChatMessageHistory) -> None:
+    """Stream an answer through the history-keeping chain; stall after its first chunk
+    (the parent kills the process there)."""
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="Once upon a time.")]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        runnable = RunnableWithMessageHistory(model, lambda session_id: history)
+    config: Any = {"configurable": {"session_id": history.session_id}}
+    async for _chunk in runnable.astream("Tell me a story.", config):
+        print("STREAMING", flush=True)
+        while True:
+            await asyncio.sleep(3600)
 
 
 def sync_child(url: str, session_id: str) -> None:

@@ -332,3 +332,31 @@ async def test_a_session_written_without_langchain_reads_as_langchain_messages()
         await history.aadd_messages([AIMessage(content="Bumped to 1.1.0."), HumanMessage("ok")])
         assert len(await history.aget_messages()) == 5
         assert check_log(s.events) == []
+
+
+async def test_a_kill_mid_stream_keeps_every_finished_turn(store_url: str) -> None:
+    # RunnableWithMessageHistory saves a turn when it ends: a kill while the answer streams
+    # leaves the finished turns exactly, and the chain carries on.
+    written = run_child("write", store_url, "streamed")
+    process = subprocess.Popen(
+        [sys.executable, SCENARIOS, "crash-stream", store_url, "streamed"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "STREAMING"
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=60)
+        assert process.stdout is not None
+        process.stdout.close()
+    assert process.returncode == -signal.SIGKILL
+    assert run_child("read", store_url, "streamed") == written
+    async with Ledger.open(store_url) as ledger:
+        history = LedgerChatMessageHistory("streamed", ledger)
+        chain = Chain(history, [WELCOME])
+        assert await chain.ask("Again?") == WELCOME
+        again = [HumanMessage(content="Again?"), WELCOME]
+        assert await history.aget_messages() == [*written, *again]
+        assert chain.seen == [[*written, again[0]]]  # the model saw exactly that
