@@ -186,9 +186,9 @@ def frameworks(session: nox.Session) -> None:
     distribution, with its store swapped for the adapter, on every backend the
     ``FRAMEWORK_BACKENDS`` list names; every assertion is the framework's
     (tests/frameworks/ lists the few skips, each with its reason)."""
-    # --tb=native: the threads a known loop defect leaves behind (the SQLite store's
-    # connection threads of a loop that closed) raise while pytest formats a failure, and
-    # pytest's own source-range parsing then breaks on Python 3.11 (an INTERNALERROR).
+    # --tb=native: a failure whose traceback runs through threads (the ledger's own loop
+    # thread, the tests' worker threads) can break pytest's source-range parsing on
+    # Python 3.11 (an INTERNALERROR instead of the failure).
     pins = list(FRAMEWORK_SUITES)
     session.install(*PACKAGES, *pins, *FRAMEWORK_TEST_TOOLS)
     work = Path(session.create_tmp()) / "frameworks"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sessionledger import Ledger
+from sessionledger.hopping import LedgerThread
 
 BACKENDS = ("memory", "jsonl", "sqlite")
 POOL = pytest.StashKey["LedgerPool"]()
@@ -41,6 +42,9 @@ class LedgerPool:
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
         self._before_close: list[Callable[[], None]] = []
         self._closed = False
+        #: Host each ledger on a loop of its own (a ``LedgerThread``), as an application
+        #: whose calls come from several loops must (each ``Runner.run_sync`` is a new one).
+        self.threaded = False
 
     def ledger(self, path: object = None) -> Ledger:
         """The ledger for the framework's store *path* (``None`` or ``:memory:``: a new,
@@ -48,6 +52,13 @@ class LedgerPool:
         key = None if path in (None, ":memory:", "") else str(Path(str(path)).resolve())
         if key is not None and key in self._by_path:
             return self._by_path[key]
+        if self.threaded:
+            thread = LedgerThread(self.url())
+            self.on_close(thread.close)
+            ledger = thread.ledger
+            if key is not None:
+                self._by_path[key] = ledger
+            return ledger
         ledger = Ledger.open(self.url())
         if key is None:
             self._private.append(ledger)
@@ -84,6 +95,8 @@ class LedgerPool:
             for close in self._before_close:
                 close()
             for ledger in [*self._by_path.values(), *self._private]:
+                if self.threaded:
+                    break  # closed with their threads above
                 loop = self._loops.get(id(ledger))
                 try:
                     if loop is not None and not loop.is_closed() and not loop.is_running():

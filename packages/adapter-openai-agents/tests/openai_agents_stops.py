@@ -31,7 +31,7 @@ from agents.testing import ScriptedModel as SdkScriptedModel
 from openai_agents_fakes import MODEL_NAME, ScriptedModel, agent, call, say
 
 from sessionledger import Ledger
-from sessionledger_openai_agents import LedgerSession
+from sessionledger_openai_agents import LedgerRunHooks, LedgerSession
 
 
 @function_tool(name_override="deploy", needs_approval=True)
@@ -76,7 +76,7 @@ async def main(command: str, url: str, session_id: str, path: str | None) -> Non
             bot = agent(ScriptedModel([[say("Deployed to prod.", "msg_done")]]), [deploy_tool])
             state = await RunState.from_string(bot, Path(path).read_text())
             state.approve(state.get_interruptions()[0])
-            await Runner.run(bot, state, session=session)
+            await Runner.run(bot, state, session=session, hooks=LedgerRunHooks(session))
         elif command == "crash-stream":
             assert path is not None
             streamed = Runner.run_streamed(

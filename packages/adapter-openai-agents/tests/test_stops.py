@@ -61,11 +61,6 @@ def kill_when(marker: Path, *args: str) -> None:
                 stream.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 39 item 1 (branch i39-pause): a clean stop at a pending approval is "
-    "repaired as a crash, with an invented 'may or may not have run' output",
-)
 async def test_a_clean_stop_at_a_pending_approval_reads_back_as_it_was(
     store_url: str, tmp_path: Path
 ) -> None:

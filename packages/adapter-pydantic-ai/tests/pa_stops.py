@@ -83,15 +83,16 @@ async def main(mode: str, url: str, session_id: str, marker: str | None) -> None
         elif mode == "pause":
             paused = await deploying_agent().run("Deploy to prod.")
             assert isinstance(paused.output, DeferredToolRequests), paused.output
-            await history.record(paused.new_messages())
+            await history.record(paused.new_messages(), output=paused.output)
             print(dump(paused.all_messages()))
         elif mode == "approve":
             loaded = await history.load()
+            results = DeferredToolResults(approvals={CALL_ID: True})
+            assert await history.start_approved(results) == [CALL_ID]
             done = await deploying_agent().run(
-                message_history=loaded,
-                deferred_tool_results=DeferredToolResults(approvals={CALL_ID: True}),
+                message_history=loaded, deferred_tool_results=results
             )
-            await history.record(done.new_messages())
+            await history.record(done.new_messages(), output=done.output)
             print(dump(done.all_messages()))
         elif mode == "crash-stream":
             assert marker is not None

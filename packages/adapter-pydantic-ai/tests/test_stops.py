@@ -39,11 +39,6 @@ def child(*arguments: str) -> str:
     return done.stdout.strip()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 39 item 1 (branch i39-pause): a clean stop at a pending approval is "
-    "repaired as a crash (a made-up tool return), so the approval is refused",
-)
 async def test_a_clean_stop_at_a_pending_approval_reads_back_as_it_was(store_url: str) -> None:
     paused = child("pause", store_url, "approval")
     assert child("load", store_url, "approval") == paused  # a new process: byte for byte
