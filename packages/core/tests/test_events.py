@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -29,6 +30,11 @@ from sessionledger.testing.strategies import json_values
 from sessionledger.vocabulary import RESERVED_TYPES
 
 BASE = {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}
+
+
+def stable_id(value: object) -> str:
+    """``repr`` without a memory address: every pytest-xdist worker collects the same ids."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))
 
 
 def event(**changes: Any) -> SessionEvent:
@@ -449,7 +455,7 @@ def test_parse_surface_op_accepts_the_three_forms() -> None:
         {"op": "replace", "start": 0, "end": 0, "x": 1},
         object(),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_parse_surface_op_rejects_other_forms(op: Any) -> None:
     with pytest.raises(SurfaceError) as caught:

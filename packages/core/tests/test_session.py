@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import uuid
 from collections import OrderedDict
 from typing import Any
@@ -38,6 +39,11 @@ from sessionledger import (
 from sessionledger.testing.strategies import session_logs
 
 # --- builders -------------------------------------------------------------------------------
+
+
+def stable_id(value: object) -> str:
+    """``repr`` without a memory address: every pytest-xdist worker collects the same ids."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(value))
 
 
 def clock(start: int = 1000) -> Any:
@@ -226,7 +232,7 @@ def test_b7_empty_seed_gets_marker_and_reseeding_adds_nothing() -> None:
         b"bytes",
         "lone \ud800",
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_b8_non_json_data_is_rejected_and_log_stays_empty(extra: Any) -> None:
     s = new()
