@@ -29,7 +29,13 @@ PACKAGES = [
     "./packages/adapter-langchain",
     "./packages/adapter-pydantic-ai",
 ]
-TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "blockbuster>=1.5"]
+TEST_TOOLS = [
+    "pytest>=8",
+    "pytest-asyncio>=0.23",
+    "hypothesis>=6.100",
+    "blockbuster>=1.5",
+    "pytest-xdist>=3.5",
+]
 LINT_TOOLS = ["ruff==0.17.6"]
 TYPE_TOOLS = [
     "mypy==2.4.1",
@@ -45,9 +51,12 @@ SOURCES = ["packages", "tests", "bench", "examples", "noxfile.py", "conftest.py"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite (every package, the contract kit on every backend)."""
+    """Run the whole test suite (every package, the contract kit on every backend), on one
+    worker process per core (pytest-xdist; a test file stays on one worker, so its
+    module-level fixtures are built once). ``-- -n 0`` runs it in one process."""
     session.install(*PACKAGES, *TEST_TOOLS)
-    session.run("pytest", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
+    workers = ["-n", "auto", "--dist", "loadfile"]
+    session.run("pytest", *workers, *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
 
 
 @nox.session
@@ -215,11 +224,23 @@ def frameworks(session: nox.Session) -> None:
                 )  # fmt: skip
 
 
-@nox.session
+#: What the demo and the commands it prints need: the core with its command, the stores
+#: and the invariants (not the adapters and their frameworks).
+DEMO_PACKAGES = [
+    "./packages/core[cli]",
+    "./packages/persistence-jsonl",
+    "./packages/persistence-sqlite",
+    "./packages/persistence-postgres",
+    "./packages/invariants",
+]
+
+
+@nox.session(reuse_venv=True)
 def demo(session: nox.Session) -> None:
     """Run the demo: a scripted two-turn agent session with a real crash, written to the
-    default store (pass e.g. ``-- --store jsonl:./sessions`` to choose another)."""
-    session.install(*PACKAGES)
+    default store (pass e.g. ``-- --store jsonl:./sessions`` to choose another). A rerun
+    reuses its environment (the packages are installed again, which pip finds done)."""
+    session.install(*DEMO_PACKAGES)
     session.run("sessionledger", "demo", *session.posargs)
 
 
