@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from sessionledger import (
     EventType,
@@ -32,8 +31,8 @@ from sessionledger import (
     hookimpl,
     open_store,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_postgres import PostgresPersistence

@@ -1,5 +1,6 @@
-"""The shape of ``packages/*/src``: imports that run one way, no private reach, small
-modules and functions (docs: packages/core/README.md, "How the core is laid out").
+"""The shape of ``packages/*/src``: layers whose imports run one way, the core reached
+through its public namespaces, modules and functions of a size a reader holds (docs:
+packages/core/README.md, "How the core is laid out").
 
 These read the sources with ``ast``; they fail with the offending module and line.
 """
@@ -14,7 +15,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_MODULE_LINES = 600
+#: A module's budget of lines; the modules below may pass it, each up to its own ceiling and
+#: for the reason given (one concept is kept whole rather than split to fit a number).
+MODULE_LINES = 500
+LONGER_MODULES: dict[str, tuple[int, str]] = {
+    "sessionledger.runtime._ledger": (620, "Ledger: the one object users hold, every method"),
+    "sessionledger.model._session": (600, "Session: the append pipeline and its reads"),
+    "sessionledger.storage._chunks": (600, "packing and unpacking chunk runs, both ways"),
+    "sessionledger.cli._inspecting": (580, "the read-only commands over one session"),
+    "sessionledger_postgres.store": (600, "the PostgreSQL LogStore: every primitive"),
+    "sessionledger_sqlite.store": (560, "the SQLite LogStore: every primitive"),
+    "sessionledger_openai_agents.session": (580, "the SDK's Session protocol, whole"),
+    "sessionledger_pydantic_ai.history": (560, "pydantic-ai messages to events and back"),
+}
 #: radon rates a function E from a cyclomatic complexity of 31 on.
 MAX_COMPLEXITY = 30
 
@@ -26,7 +39,7 @@ class Module:
     tree: ast.Module
     is_package: bool
     lines: int
-    imports: set[str] = field(default_factory=set)  # modules imported at run time
+    imports: set[str] = field(default_factory=set)  # project modules it imports
 
 
 def _modules() -> dict[str, Module]:
@@ -42,7 +55,7 @@ def _modules() -> dict[str, Module]:
                 ".".join(parts), path, ast.parse(text), is_package, text.count("\n")
             )
     for module in found.values():
-        module.imports = set(_runtime_imports(module, found))
+        module.imports = set(_imports(module, found))
     return found
 
 
@@ -62,15 +75,10 @@ def _known(name: str, modules: dict[str, Module]) -> str | None:
     return name or None
 
 
-def _runtime_imports(module: Module, modules: dict[str, Module]) -> Iterator[str]:
-    """Every project module *module* imports when it runs, lazily or not: imports under
-    ``if TYPE_CHECKING:`` are left out, function-level ones are kept."""
-
-    def visit(node: ast.AST) -> Iterator[str]:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                yield from visit(child)
-            return
+def _imports(module: Module, modules: dict[str, Module]) -> Iterator[str]:
+    """Every project module *module* imports, at run time or only for type checking
+    (``if TYPE_CHECKING:``), lazily or not: a cycle through any of them is a cycle."""
+    for node in ast.walk(module.tree):
         targets: list[str] = []
         if isinstance(node, ast.ImportFrom):
             base = _resolve(module, node)
@@ -89,10 +97,6 @@ def _runtime_imports(module: Module, modules: dict[str, Module]) -> Iterator[str
                 known == module.name or module.name.startswith(known + ".")
             ):
                 yield known
-        for child in ast.iter_child_nodes(node):
-            yield from visit(child)
-
-    yield from visit(module.tree)
 
 
 MODULES = _modules()
@@ -106,7 +110,7 @@ COMPILED = {
 
 
 def test_the_sources_are_found() -> None:
-    assert "sessionledger.persistence" in MODULES
+    assert "sessionledger.storage._persistence" in MODULES
     assert "sessionledger_sqlite.store" in MODULES
 
 
@@ -125,7 +129,7 @@ def _cycle_from(start: str) -> list[str] | None:
     return None
 
 
-def test_no_import_cycles_not_even_through_lazy_imports() -> None:
+def test_no_import_cycles_not_even_through_lazy_or_type_checking_imports() -> None:
     cycles = [cycle for name in sorted(MODULES) if (cycle := _cycle_from(name)) is not None]
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
@@ -134,24 +138,76 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def test_no_module_imports_another_modules_private_names() -> None:
+#: The core's layers, lowest first (packages/core/README.md, "How the core is laid out"):
+#: a module imports modules of its own layer and of lower layers, never of a higher one.
+#: ``base`` is the package's own private modules (errors, fault points, the compiled code);
+#: ``package`` is ``sessionledger/__init__`` and ``__main__``, which export the public API.
+LAYERS = ("base", "model", "views", "plugins", "storage", "runtime", "cli", "testing", "package")
+
+
+def _layer(name: str) -> str:
+    parts = name.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "package"
+    return parts[1] if parts[1] in LAYERS else "base"
+
+
+def test_no_import_runs_against_the_layering() -> None:
     found = []
     for module in MODULES.values():
-        for node in ast.walk(module.tree):
-            if not isinstance(node, ast.ImportFrom):
+        if not module.name.startswith("sessionledger."):
+            continue
+        rank = LAYERS.index(_layer(module.name))
+        for target in sorted(module.imports):
+            if target.split(".")[0] != "sessionledger":
                 continue
-            base = _resolve(module, node)
-            for alias in node.names:
-                if not _is_private(alias.name):
-                    continue
-                # A private submodule of one's own package is plumbing, not a secret.
-                own_package = (
-                    module.name.rpartition(".")[0] if not module.is_package else module.name
-                )
-                qualified = f"{base}.{alias.name}"
-                if (qualified in MODULES or qualified in COMPILED) and base == own_package:
-                    continue
-                found.append(f"{module.name}:{node.lineno} imports {base}.{alias.name}")
+            if LAYERS.index(_layer(target)) > rank:
+                found.append(f"{module.name} ({_layer(module.name)}) imports {target}")
+    assert found == [], "\n".join(found)
+
+
+def test_every_core_module_belongs_to_a_layer_named_by_its_folder() -> None:
+    """Internal modules are private (``_name``); a layer folder holds no public module
+    but its ``__init__``, so a reader sees the API line in the file names."""
+    public_modules = {"sessionledger", "sessionledger.__main__"}
+    found = []
+    for name, module in MODULES.items():
+        parts = name.split(".")
+        if parts[0] != "sessionledger" or name in public_modules:
+            continue
+        if parts[1] == "testing" or module.is_package:
+            continue  # the test kit's modules are public API (docs/api.md)
+        if parts[1] == "cli" and parts[-1] == "__main__":
+            continue
+        if not _is_private(parts[-1]):
+            found.append(name)
+    assert found == [], "public module names under a layer: " + ", ".join(found)
+
+
+#: What other distributions of this repository may import from the core besides its
+#: public namespaces (``sessionledger``, ``sessionledger.storage``, ``sessionledger.testing``):
+#: each reach into an internal module, with why (a new one is a deliberate act).
+FIRST_PARTY_REACHES = {
+    "sessionledger._failpoints": "fault points the crash and fault-injection tests arm",
+    "sessionledger.model._derive": "project_message: one event as the message it becomes",
+    "sessionledger.model._snapshot": "brief: the short form of a value in error messages",
+    "sessionledger.model._jsoncodec": "the core's JSON bytes, so a store writes what it reads",
+    "sessionledger.storage._rows": "the row layout both SQL backends share",
+}
+PUBLIC_NAMESPACES = ("sessionledger", "sessionledger.storage", "sessionledger.testing")
+
+
+def test_other_packages_import_the_core_through_its_public_namespaces() -> None:
+    found = []
+    for module in MODULES.values():
+        if module.name.split(".")[0] == "sessionledger":
+            continue
+        for target in sorted(module.imports):
+            if target.split(".")[0] != "sessionledger":
+                continue
+            public = target in PUBLIC_NAMESPACES or target.startswith("sessionledger.testing.")
+            if not public and target not in FIRST_PARTY_REACHES:
+                found.append(f"{module.name} imports {target}")
     assert found == [], "\n".join(found)
 
 
@@ -205,9 +261,15 @@ def test_no_module_touches_another_modules_private_attributes() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_stay_small(name: str) -> None:
+def test_modules_stay_within_their_budget(name: str) -> None:
+    ceiling = LONGER_MODULES.get(name, (MODULE_LINES, ""))[0]
     lines = MODULES[name].lines
-    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines"
+    assert lines <= ceiling, f"{name} has {lines} lines (budget {ceiling})"
+
+
+def test_the_longer_modules_list_names_only_modules_that_need_it() -> None:
+    stale = [name for name in LONGER_MODULES if MODULES[name].lines <= MODULE_LINES]
+    assert stale == [], f"within the common budget now, drop from LONGER_MODULES: {stale}"
 
 
 def _complexity(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -26,8 +26,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from agents import Runner, RunState, function_tool
 from agents.models.interface import Model
-from agents.testing import ModelCall, ModelStep, assistant_message
-from agents.testing import ScriptedModel as SdkScriptedModel
+from agents.testing import (
+    ModelCall,
+    ModelStep,
+    ScriptedModel as SdkScriptedModel,
+    assistant_message,
+)
 from openai_agents_fakes import MODEL_NAME, ScriptedModel, agent, call, say
 
 from sessionledger import Ledger

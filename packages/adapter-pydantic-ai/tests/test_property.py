@@ -7,8 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,

@@ -6,8 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from sessionledger import (
     FrozenDict,
@@ -21,7 +20,7 @@ from sessionledger import (
     transcript,
     user_message,
 )
-from sessionledger.derive import canonical_request_header, project_message
+from sessionledger.model._derive import canonical_request_header, project_message
 from sessionledger.testing.strategies import session_logs, surface_logs
 
 # --- builders -------------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pickle
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -156,7 +159,7 @@ def test_json_value_error_is_a_type_error() -> None:
     assert issubclass(JsonValueError, TypeError)
     assert issubclass(JsonValueError, LedgerError)
     with pytest.raises(TypeError):
-        sessionledger.snapshot({1, 2})
+        sessionledger.model._snapshot({1, 2})
 
 
 def test_session_not_found_is_a_lookup_error() -> None:
@@ -210,3 +213,44 @@ def test_package_is_typed() -> None:
     from importlib.resources import files
 
     assert files("sessionledger").joinpath("py.typed").is_file()
+
+
+# -- the public surface, as docs/api.md lists it -----------------------------------------
+
+API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
+
+
+def documented_names(heading: str) -> set[str]:
+    """The backquoted names in the section of docs/api.md under *heading*."""
+    text = API_DOC.read_text()
+    section = text.split(f"\n## `{heading}`\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", section))
+
+
+@pytest.mark.parametrize("namespace", ["sessionledger", "sessionledger.storage"])
+def test_the_public_surface_is_what_the_api_page_lists(namespace: str) -> None:
+    exported = set(importlib.import_module(namespace).__all__)
+    documented = documented_names(namespace)
+    assert exported - documented == set(), "exported, not in docs/api.md"
+    assert documented - exported == set(), "in docs/api.md, not exported"
+
+
+def test_the_names_type_checkers_see_are_the_names_the_package_exports() -> None:
+    """``sessionledger/__init__`` lists each public name twice: once in ``_EXPORTS`` (what
+    runs) and once under ``TYPE_CHECKING`` (what type checkers read); they must agree."""
+    source = Path(sessionledger.__file__).read_text()
+    seen: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.module != "typing":
+                    for alias in statement.names:
+                        assert alias.asname == alias.name, "re-exported as itself"
+                        seen[alias.name] = statement.module or ""
+    assert seen == sessionledger._MODULE_OF
+
+
+def test_every_internal_module_is_private_and_every_name_resolves() -> None:
+    for name, module in sessionledger._MODULE_OF.items():
+        assert module.rpartition(".")[2].startswith("_"), module
+        assert getattr(importlib.import_module(module), name) is getattr(sessionledger, name)

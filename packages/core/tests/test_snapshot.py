@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from sessionledger import FrozenDict, JsonValueError, LedgerError, snapshot, thaw
-from sessionledger.snapshot import MAX_SAFE_INTEGER, is_safe_int
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER, is_safe_int
 from sessionledger.testing.strategies import json_values
 
 # --- helpers --------------------------------------------------------------------------------

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from invariants_builders import (
     AM,
     CH,
@@ -27,12 +26,11 @@ from invariants_builders import (
 )
 
 from sessionledger import Ledger
-from sessionledger.errors import EventEnvelopeError, InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.snapshot import thaw
+from sessionledger._errors import EventEnvelopeError, InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._snapshot import thaw
 from sessionledger.testing.strategies import session_logs
-from sessionledger_invariants import InvariantsPlugin, Violation, check_log
-from sessionledger_invariants import rules as R
+from sessionledger_invariants import InvariantsPlugin, Violation, check_log, rules as R
 
 
 def test_a_valid_log_has_no_violations():

@@ -26,12 +26,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.run import AgentRun
 
-from sessionledger import Ledger, thaw
-from sessionledger.derive import project_message
-from sessionledger.events import SessionEvent
-from sessionledger.hopping import on_ledger_loop
-from sessionledger.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
-from sessionledger.session import Session
+from sessionledger import (
+    TOOL_NOT_STARTED,
+    TOOL_OUTCOME_UNKNOWN,
+    Ledger,
+    Session,
+    SessionEvent,
+    on_ledger_loop,
+    thaw,
+)
+from sessionledger.model._derive import project_message
 
 __all__ = ["DEFAULT_PROVIDER", "META_KEY", "LedgerHistory"]
 

@@ -30,130 +30,126 @@ takes Ctrl-C over before the heavy imports run.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from typing import Final
-
-    from sessionledger.derive import messages_at, transcript
-    from sessionledger.errors import (
-        BacklogFullError,
-        ConfigError,
-        CorruptLogError,
-        EventDataError,
-        EventEnvelopeError,
-        ForkError,
-        FormatUnsupportedError,
-        HeaderError,
-        HistoryFormatError,
-        InvariantError,
-        JsonValueError,
-        LedgerError,
-        LedgerLoopError,
-        MessageShapeError,
-        NotLiveError,
-        QueryError,
-        ReadBackMismatchError,
-        ReentrantAppendError,
-        ResourceLimitError,
-        SeedError,
-        SeqMismatchError,
-        SessionExistsError,
-        SessionLockedError,
-        SessionNotFoundError,
-        StorageRowError,
-        SurfaceError,
-        UnknownEventTypeError,
+    # What type checkers see: the same names as _EXPORTS, each re-exported explicitly
+    # (packages/core/tests/test_public_api.py checks that the two agree).
+    from sessionledger._errors import (
+        BacklogFullError as BacklogFullError,
+        ConfigError as ConfigError,
+        CorruptLogError as CorruptLogError,
+        EventDataError as EventDataError,
+        EventEnvelopeError as EventEnvelopeError,
+        ForkError as ForkError,
+        FormatUnsupportedError as FormatUnsupportedError,
+        HeaderError as HeaderError,
+        HistoryFormatError as HistoryFormatError,
+        InvariantError as InvariantError,
+        JsonValueError as JsonValueError,
+        LedgerError as LedgerError,
+        LedgerLoopError as LedgerLoopError,
+        MessageShapeError as MessageShapeError,
+        NotLiveError as NotLiveError,
+        QueryError as QueryError,
+        ReadBackMismatchError as ReadBackMismatchError,
+        ReentrantAppendError as ReentrantAppendError,
+        ResourceLimitError as ResourceLimitError,
+        SeedError as SeedError,
+        SeqMismatchError as SeqMismatchError,
+        SessionExistsError as SessionExistsError,
+        SessionLockedError as SessionLockedError,
+        SessionNotFoundError as SessionNotFoundError,
+        StorageRowError as StorageRowError,
+        SurfaceError as SurfaceError,
+        UnknownEventTypeError as UnknownEventTypeError,
     )
-    from sessionledger.events import (
-        APPEND,
-        SESSION_FORMAT_VERSION,
-        Replace,
-        SessionEvent,
-        SessionHeader,
+    from sessionledger.model._derive import (
+        messages_at as messages_at,
+        transcript as transcript,
     )
-    from sessionledger.hookspecs import hookimpl, hookspec
-    from sessionledger.ledger import Ledger, open_store
-    from sessionledger.limits import Backlog
-    from sessionledger.registry import EventType, EventTypeRegistry
-    from sessionledger.session import Session, SessionHooks
-    from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
-    from sessionledger.surface import Replacement, SurfaceFold, fold_surface
-    from sessionledger.vocabulary import (
-        SURFACE_TYPES,
-        Message,
-        assistant_message,
-        tool_call_block,
-        tool_result,
-        user_message,
+    from sessionledger.model._events import (
+        APPEND as APPEND,
+        SESSION_FORMAT_VERSION as SESSION_FORMAT_VERSION,
+        Replace as Replace,
+        SessionEvent as SessionEvent,
+        SessionHeader as SessionHeader,
+    )
+    from sessionledger.model._registry import (
+        EventType as EventType,
+        EventTypeRegistry as EventTypeRegistry,
+    )
+    from sessionledger.model._repair import (
+        TOOL_NOT_STARTED as TOOL_NOT_STARTED,
+        TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN,
+    )
+    from sessionledger.model._session import (
+        Session as Session,
+        SessionHooks as SessionHooks,
+    )
+    from sessionledger.model._snapshot import (
+        FrozenDict as FrozenDict,
+        JsonValue as JsonValue,
+        snapshot as snapshot,
+        thaw as thaw,
+    )
+    from sessionledger.model._surface import (
+        Replacement as Replacement,
+        SurfaceFold as SurfaceFold,
+        fold_surface as fold_surface,
+    )
+    from sessionledger.model._vocabulary import (
+        ASSISTANT_CHUNK as ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE as ASSISTANT_MESSAGE,
+        REQUEST_CONTEXT as REQUEST_CONTEXT,
+        REQUEST_HEADER as REQUEST_HEADER,
+        SESSION_END_SEED as SESSION_END_SEED,
+        STEP_END as STEP_END,
+        STEP_START as STEP_START,
+        SURFACE_TYPES as SURFACE_TYPES,
+        TOOL_CALL as TOOL_CALL,
+        TOOL_PAUSED as TOOL_PAUSED,
+        TOOL_RESULT as TOOL_RESULT,
+        TURN_END as TURN_END,
+        TURN_START as TURN_START,
+        USER_MESSAGE as USER_MESSAGE,
+        Message as Message,
+        assistant_message as assistant_message,
+        tool_call_block as tool_call_block,
+        tool_result as tool_result,
+        user_message as user_message,
+    )
+    from sessionledger.plugins._hookspecs import (
+        hookimpl as hookimpl,
+        hookspec as hookspec,
+    )
+    from sessionledger.runtime._hopping import (
+        LedgerThread as LedgerThread,
+        on_ledger_loop as on_ledger_loop,
+        wait_on_ledger_loop as wait_on_ledger_loop,
+    )
+    from sessionledger.runtime._ledger import (
+        Ledger as Ledger,
+    )
+    from sessionledger.runtime._opening import (
+        open_store as open_store,
+    )
+    from sessionledger.storage._limits import (
+        Backlog as Backlog,
+    )
+    from sessionledger.views._formats import (
+        to_anthropic_messages as to_anthropic_messages,
+        to_openai_messages as to_openai_messages,
+    )
+    from sessionledger.views._importing import (
+        from_anthropic_messages as from_anthropic_messages,
+        from_openai_messages as from_openai_messages,
     )
 
-__all__ = [
-    "APPEND",
-    "SESSION_FORMAT_VERSION",
-    "SURFACE_TYPES",
-    "Backlog",
-    "BacklogFullError",
-    "ConfigError",
-    "CorruptLogError",
-    "EventDataError",
-    "EventEnvelopeError",
-    "EventType",
-    "EventTypeRegistry",
-    "ForkError",
-    "FormatUnsupportedError",
-    "FrozenDict",
-    "HeaderError",
-    "HistoryFormatError",
-    "InvariantError",
-    "JsonValue",
-    "JsonValueError",
-    "Ledger",
-    "LedgerError",
-    "LedgerLoopError",
-    "Message",
-    "MessageShapeError",
-    "NotLiveError",
-    "QueryError",
-    "ReadBackMismatchError",
-    "ReentrantAppendError",
-    "Replace",
-    "Replacement",
-    "ResourceLimitError",
-    "SeedError",
-    "SeqMismatchError",
-    "Session",
-    "SessionEvent",
-    "SessionExistsError",
-    "SessionHeader",
-    "SessionHooks",
-    "SessionLockedError",
-    "SessionNotFoundError",
-    "StorageRowError",
-    "SurfaceError",
-    "SurfaceFold",
-    "UnknownEventTypeError",
-    "assistant_message",
-    "fold_surface",
-    "hookimpl",
-    "hookspec",
-    "messages_at",
-    "open_store",
-    "snapshot",
-    "thaw",
-    "tool_call_block",
-    "tool_result",
-    "transcript",
-    "user_message",
-]
-
-
-#: Each module of the package and the names of it the package exports.
-_EXPORTS: Final = {
-    "sessionledger.derive": ("messages_at", "transcript"),
-    "sessionledger.errors": (
+#: The public API: each internal module and the names of it the package exports. The one
+#: list of public names (docs/api.md); ``__all__`` is made from it.
+_EXPORTS = {
+    "sessionledger._errors": (
         "BacklogFullError",
         "ConfigError",
         "CorruptLogError",
@@ -182,30 +178,76 @@ _EXPORTS: Final = {
         "SurfaceError",
         "UnknownEventTypeError",
     ),
-    "sessionledger.events": (
+    "sessionledger.model._derive": (
+        "messages_at",
+        "transcript",
+    ),
+    "sessionledger.model._events": (
         "APPEND",
         "SESSION_FORMAT_VERSION",
         "Replace",
         "SessionEvent",
         "SessionHeader",
     ),
-    "sessionledger.hookspecs": ("hookimpl", "hookspec"),
-    "sessionledger.ledger": ("Ledger", "open_store"),
-    "sessionledger.limits": ("Backlog",),
-    "sessionledger.registry": ("EventType", "EventTypeRegistry"),
-    "sessionledger.session": ("Session", "SessionHooks"),
-    "sessionledger.snapshot": ("FrozenDict", "JsonValue", "snapshot", "thaw"),
-    "sessionledger.surface": ("Replacement", "SurfaceFold", "fold_surface"),
-    "sessionledger.vocabulary": (
+    "sessionledger.model._repair": ("TOOL_NOT_STARTED", "TOOL_OUTCOME_UNKNOWN"),
+    "sessionledger.views._formats": ("to_anthropic_messages", "to_openai_messages"),
+    "sessionledger.views._importing": ("from_anthropic_messages", "from_openai_messages"),
+    "sessionledger.model._registry": (
+        "EventType",
+        "EventTypeRegistry",
+    ),
+    "sessionledger.model._session": (
+        "Session",
+        "SessionHooks",
+    ),
+    "sessionledger.model._snapshot": (
+        "FrozenDict",
+        "JsonValue",
+        "snapshot",
+        "thaw",
+    ),
+    "sessionledger.model._surface": (
+        "Replacement",
+        "SurfaceFold",
+        "fold_surface",
+    ),
+    "sessionledger.model._vocabulary": (
+        "ASSISTANT_CHUNK",
+        "ASSISTANT_MESSAGE",
+        "REQUEST_CONTEXT",
+        "REQUEST_HEADER",
+        "SESSION_END_SEED",
+        "STEP_END",
+        "STEP_START",
         "SURFACE_TYPES",
+        "TOOL_CALL",
+        "TOOL_PAUSED",
+        "TOOL_RESULT",
+        "TURN_END",
+        "TURN_START",
+        "USER_MESSAGE",
         "Message",
         "assistant_message",
         "tool_call_block",
         "tool_result",
         "user_message",
     ),
+    "sessionledger.plugins._hookspecs": (
+        "hookimpl",
+        "hookspec",
+    ),
+    "sessionledger.runtime._hopping": (
+        "LedgerThread",
+        "on_ledger_loop",
+        "wait_on_ledger_loop",
+    ),
+    "sessionledger.runtime._ledger": ("Ledger",),
+    "sessionledger.runtime._opening": ("open_store",),
+    "sessionledger.storage._limits": ("Backlog",),
 }
-_MODULE_OF: Final = {name: module for module, names in _EXPORTS.items() for name in names}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF, key=lambda name: (not name.isupper(), not name[0].isupper(), name))  # noqa: PLE0605
 
 
 def __getattr__(name: str) -> object:
@@ -219,16 +261,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """The package's module type: importing the submodule ``sessionledger.snapshot``
-    binds it on the package, where the function of that name must stay."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "snapshot" and isinstance(value, types.ModuleType):
-            value = value.snapshot
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

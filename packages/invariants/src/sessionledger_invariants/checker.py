@@ -23,15 +23,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
-from sessionledger.errors import InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.hookspecs import hookimpl
+from sessionledger import InvariantError, SessionEvent, hookimpl
 from sessionledger_invariants.rules import SEQ_ORDER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sessionledger.session import Session
+    from sessionledger import Session
 
 __all__ = ["SessionChecker", "Violation"]
 

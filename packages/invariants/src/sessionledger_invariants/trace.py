@@ -17,10 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple, Protocol, final
 
-from sessionledger.events import Replace
-from sessionledger.repair import TOOL_NOT_STARTED
-from sessionledger.snapshot import FrozenDict
-from sessionledger.vocabulary import (
+from sessionledger import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,
@@ -28,10 +25,13 @@ from sessionledger.vocabulary import (
     STEP_END,
     STEP_START,
     TOOL_CALL,
+    TOOL_NOT_STARTED,
     TOOL_PAUSED,
     TOOL_RESULT,
     TURN_END,
     TURN_START,
+    FrozenDict,
+    Replace,
 )
 from sessionledger_invariants.rules import (
     REPLACE_OUTSIDE_TURN,

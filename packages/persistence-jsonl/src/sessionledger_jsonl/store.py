@@ -19,17 +19,21 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, final
 
-from sessionledger.cancellation import in_thread
-from sessionledger.errors import ConfigError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
-from sessionledger.links import pinned
-from sessionledger.listing import StoredSummary
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger import ConfigError, EventTypeRegistry, LedgerError, SessionHeader
+from sessionledger.storage import (
+    PORTABLE_MAX_EVENT_BYTES,
+    Batch,
+    IndexedText,
+    LogStore,
+    RawLog,
+    Repair,
+    RepairReceipt,
+    SessionPersistence,
+    SessionSummary,
+    StoredSummary,
+    in_thread,
+    pinned,
+)
 from sessionledger_jsonl import _files
 from sessionledger_jsonl._audit import AuditLog
 from sessionledger_jsonl._directories import SessionDirectories

@@ -20,11 +20,17 @@ from typing import Any, Final
 
 import asyncpg
 
-from sessionledger.committed import check_version, stored_header
-from sessionledger.errors import CorruptLogError, FormatUnsupportedError, HeaderError, LedgerError
-from sessionledger.listing import SessionInfo, SessionQuery, StoredSummary, matches_query
-from sessionledger.searching import TextQuery
-from sessionledger.summaries import SessionSummary
+from sessionledger import CorruptLogError, FormatUnsupportedError, HeaderError, LedgerError
+from sessionledger.storage import (
+    SessionInfo,
+    SessionQuery,
+    SessionSummary,
+    StoredSummary,
+    TextQuery,
+    check_version,
+    matches_query,
+    stored_header,
+)
 from sessionledger_postgres import rows
 
 __all__ = ["listable", "listing", "search", "stored_summary"]

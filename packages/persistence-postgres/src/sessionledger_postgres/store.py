@@ -35,23 +35,28 @@ from urllib.parse import urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.errors import ConfigError, CorruptLogError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.logstore import (
+from sessionledger import (
+    ConfigError,
+    CorruptLogError,
+    EventTypeRegistry,
+    LedgerError,
+    SessionHeader,
+)
+from sessionledger.storage import (
     Batch,
+    IndexedText,
     LogStore,
     RawLog,
     Repair,
     RepairReceipt,
     SearchRow,
+    SessionPersistence,
+    SessionQuery,
+    SessionSummary,
+    StoredSummary,
+    TextQuery,
 )
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText, TextQuery
-from sessionledger.summaries import SessionSummary
-from sessionledger_postgres import options, queries, rows
-from sessionledger_postgres import schema as schema_module
+from sessionledger_postgres import options, queries, rows, schema as schema_module
 from sessionledger_postgres.batches import batch_statement, raw_log, row_count, write_whole
 from sessionledger_postgres.claims import Claims
 from sessionledger_postgres.connections import TrackedConnection

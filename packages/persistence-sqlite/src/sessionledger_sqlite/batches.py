@@ -10,8 +10,7 @@ from typing import Any, Final
 
 import aiosqlite
 
-from sessionledger import rows
-from sessionledger.logstore import Batch
+from sessionledger.storage import Batch, _rows as rows
 from sessionledger_sqlite import indexes
 from sessionledger_sqlite.reading import EVENT_COLUMNS, HEADER_COLUMNS
 

@@ -13,8 +13,7 @@ from typing import Any, Final
 
 import aiosqlite
 
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger.storage import IndexedText, SessionSummary
 
 __all__ = [
     "SUMMARY_COLUMNS",

@@ -15,10 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-from sessionledger import hookimpl
-from sessionledger.errors import ConfigError
-from sessionledger.hookspecs import BackendFactory
-from sessionledger.registry import EventTypeRegistry
+from sessionledger import ConfigError, EventTypeRegistry, hookimpl
+from sessionledger.storage import BackendFactory
 from sessionledger_sqlite.store import SqlitePersistence
 
 __all__ = ["SCHEME", "ledger_backends", "open_sqlite_store", "parse_sqlite_url"]

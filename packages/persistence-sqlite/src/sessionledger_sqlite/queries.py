@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sessionledger import rows
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.searching import TextQuery
+from sessionledger.storage import SessionQuery, StoredSummary, TextQuery, _rows as rows
 from sessionledger_sqlite import indexes
 from sessionledger_sqlite.reading import HEADER_COLUMNS
 

@@ -21,27 +21,29 @@ from typing import Any, Final, Literal, final
 
 import aiosqlite
 
-from sessionledger import rows
+from sessionledger import ConfigError, EventTypeRegistry, SessionHeader
 from sessionledger._failpoints import failpoint
-from sessionledger.cancellation import in_thread
-from sessionledger.claims import Claims
-from sessionledger.errors import ConfigError
-from sessionledger.events import SessionHeader
-from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.logstore import (
+from sessionledger.storage import (
     Batch,
+    Claims,
+    IndexedText,
     LogStore,
     RawLog,
     Repair,
     RepairReceipt,
     SearchRow,
+    SessionPersistence,
+    SessionQuery,
+    SessionSummary,
+    StoredSummary,
+    TextQuery,
+    _rows as rows,
+    fsync_dir,
+    in_thread,
     join_batches,
+    make_private_dirs,
+    open_private_file,
 )
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText, TextQuery
-from sessionledger.summaries import SessionSummary
 from sessionledger_sqlite import batches, indexes, names, queries
 from sessionledger_sqlite.connection import Refused, StoreConnection
 from sessionledger_sqlite.options import MEMORY, check_options, check_path
@@ -174,7 +176,7 @@ class SqliteLogStore(LogStore):
     # -- claims ----------------------------------------------------------------------------
 
     async def claim(self, session_id: str) -> None:
-        """Claim through ``<database>.locks`` (``sessionledger.claims``); a private
+        """Claim through ``<database>.locks`` (``sessionledger.storage._claims``); a private
         in-memory database has no other writer. The database's names are checked again
         first (``names``): a link made since the store opened it is refused here."""
         if self._claims is None:

@@ -12,10 +12,8 @@ from typing import Final
 
 import aiosqlite
 
-from sessionledger.committed import scan_log
-from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.searching import indexed_texts
-from sessionledger.summaries import summarize
+from sessionledger import CorruptLogError, LedgerError
+from sessionledger.storage import indexed_texts, scan_log, summarize
 from sessionledger_sqlite import indexes
 from sessionledger_sqlite.reading import EVENT_COLUMNS, SESSION_COLUMNS, raw_log
 
