@@ -1,5 +1,5 @@
-"""Project automation: `nox -s tests` (whole suite), `lint`, `typecheck`, `sanitize`,
-`frameworks`, `bench`, `demo`.
+"""Project automation: `nox -s tests` (the suite but its slow reliability variants),
+`reliability` (those), `lint`, `typecheck`, `sanitize`, `frameworks`, `bench`, `demo`.
 
 Every session installs the packages from this repository into a fresh virtual
 environment, so what runs is what a user gets from pip.
@@ -49,14 +49,29 @@ TYPE_TOOLS = [
 SOURCES = ["packages", "tests", "bench", "examples", "noxfile.py", "conftest.py"]
 
 
+#: pytest-xdist: one worker process per core, a test file stays on one worker (so its
+#: module-level fixtures are built once). ``-- -n 0`` runs in one process.
+WORKERS = ["-n", "auto", "--dist", "loadfile"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite (every package, the contract kit on every backend), on one
-    worker process per core (pytest-xdist; a test file stays on one worker, so its
-    module-level fixtures are built once). ``-- -n 0`` runs it in one process."""
+    """Run the test suite (every package, the contract kit on every backend) but the
+    reliability variants marked ``slow``, which ``reliability`` runs (CI runs both)."""
     session.install(*PACKAGES, *TEST_TOOLS)
-    workers = ["-n", "auto", "--dist", "loadfile"]
-    session.run("pytest", *workers, *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"})
+    session.run(
+        "pytest", *WORKERS, "-m", "not slow", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"}
+    )
+
+
+@nox.session
+def reliability(session: nox.Session) -> None:
+    """Run the slow reliability variants: the larger crash, cancellation, corruption and
+    hostile-input matrices (``@pytest.mark.slow``)."""
+    session.install(*PACKAGES, *TEST_TOOLS)
+    session.run(
+        "pytest", *WORKERS, "-m", "slow", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"}
+    )
 
 
 @nox.session
@@ -72,7 +87,9 @@ def typecheck(session: nox.Session) -> None:
     """Type-check the packages' sources with mypy in strict mode."""
     session.install(*PACKAGES, *TYPE_TOOLS)
     sources = sorted(str(init.parent) for init in Path("packages").glob("*/src/*/__init__.py"))
-    session.run("mypy", *sources)
+    # The cache lives in the session's environment, so a rerun checks only what changed.
+    cache = Path(session.virtualenv.location) / "mypy-cache"
+    session.run("mypy", "--cache-dir", str(cache), *sources)
 
 
 #: The tests that run the compiled accelerator (packages/core/src/sessionledger/_freeze.c).

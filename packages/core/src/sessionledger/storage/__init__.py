@@ -7,6 +7,7 @@ modules under it are internal. The first-party backends import only from here, f
 ``sessionledger`` and from ``sessionledger.testing``.
 """
 
+from sessionledger.model._jsoncodec import dumps, loads
 from sessionledger.storage._cancellation import in_thread, uninterrupted
 from sessionledger.storage._claims import Claims
 from sessionledger.storage._committed import check_version, scan_log, stored_header
@@ -50,6 +51,7 @@ from sessionledger.storage._logstore import (
 )
 from sessionledger.storage._memory import MemoryPersistence
 from sessionledger.storage._persistence import BackendFactory, SessionPersistence
+from sessionledger.storage._rows import member_count
 from sessionledger.storage._stored import SalvageReport, StoredSession
 from sessionledger.views._searching import IndexedText, TextQuery, indexed_texts
 from sessionledger.views._summaries import SessionSummary, summarize
@@ -83,12 +85,15 @@ __all__ = [
     "TextQuery",
     "check_version",
     "collector_paused",
+    "dumps",
     "fsync_dir",
     "in_thread",
     "indexed_texts",
     "join_batches",
+    "loads",
     "make_private_dirs",
     "matches_query",
+    "member_count",
     "missing_directories",
     "mount_points",
     "open_private_file",
