@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 def command_function(name: str) -> Command:
     """Import and return the coroutine function that runs command *name*."""
     module_name, _, function = COMMANDS[name].partition(":")
-    module = importlib.import_module(f"sessionledger.cli.{module_name}")
+    module = importlib.import_module(f"sessionledger.cli._{module_name}")
     command: Command = getattr(module, function)
     return command
 
