@@ -1434,6 +1434,7 @@ import asyncio, os, time
 from pathlib import Path
 
 from sessionledger import hookimpl
+from sessionledger.storage import SessionPersistence
 
 MARK = Path(os.environ["SLOW_MARK"])
 if os.environ["SLOW_AT"] == "import":
@@ -1447,7 +1448,10 @@ if os.environ["SLOW_AT"] == "swallow":  # code that catches everything, as some 
         pass
 
 
-class SlowStore:
+class SlowStore(SessionPersistence):  # only what the commands reach first
+    def __init__(self):
+        pass
+
     async def _slow(self, *args, **kwargs):
         MARK.write_text("running")
         await asyncio.sleep(60)
