@@ -931,6 +931,124 @@ async def test_verify_reports_invariant_violations_written_through_a_backend(
     assert any(seq == 3 for seq, _ in rules)
 
 
+async def test_the_invariants_are_found_through_their_entry_point(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    url = store_url("sqlite", tmp_path)
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create("fine"), 1)
+    store = open_store(url)
+    try:
+        await store.create(SessionHeader(id="skips", created_at=1_700_000_000_000))
+        await store.append("skips", [SessionEvent("turn/start", 0, 1_700_000_000_001, {"turn": 2})])
+    finally:
+        await store.close()
+    found = run_cli(cli_env, "--store", url, "verify", "--json")
+    assert found.code == 1
+    assert found.json()["logChecks"] == ["sessionledger_invariants"]
+    # Entry points off: no check is found by name either; the note says what keeps it off.
+    off = {**cli_env, "SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    (tmp_path / "backend.py").write_text("from sessionledger_sqlite import plugin\n")
+    sqlite = ("--plugin", "backend:plugin")
+    unchecked = run_cli(off, *sqlite, "--store", url, "verify", "skips", cwd=tmp_path)
+    assert unchecked.code == 0, unchecked
+    assert unchecked.out.splitlines()[0] == (
+        "note: invariants not checked; sessionledger-invariants is installed, but "
+        "SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD keeps it unloaded"
+    )
+    # The same module named with --plugin offers the same check.
+    named = ("--plugin", "sessionledger_invariants:plugin")
+    checked = run_cli(off, *sqlite, *named, "--store", url, "verify", "--json", cwd=tmp_path)
+    assert checked.code == 1, checked
+    report = checked.json()
+    assert report["invariantsChecked"] is True
+    assert report["logChecks"] == ["sessionledger_invariants.plugin"]
+    problems = {s["id"]: [(p["seq"], p["rule"]) for p in s["problems"]] for s in report["sessions"]}
+    assert problems == {"fine": [], "skips": [(0, "turn-number")]}
+
+
+CHECKS_PLUGIN = """
+import collections
+from sessionledger import InvariantError, hookimpl
+
+Found = collections.namedtuple("Found", "seq rule message")
+
+
+def shouts(event):
+    return event.type == "user/message" and "!!" in str(event.data)
+
+
+class NoSecrets:
+    @hookimpl
+    def ledger_validate(self, event):
+        if event.type == "user/message" and "secret" in str(event.data):
+            raise InvariantError("no secrets in a user message", rule="no-secrets")
+
+
+class Checks:
+    @hookimpl
+    def ledger_offered_validators(self, plugins):
+        return [NoSecrets()]
+
+    @hookimpl
+    def ledger_check_log(self, events):
+        return [Found(e.seq, "no-shouting", "the user shouted") for e in events if shouts(e)]
+"""
+
+
+async def test_a_plugin_offers_its_own_log_check_and_validators(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "shout_checks.py").write_text(CHECKS_PLUGIN)
+    url = store_url("sqlite", tmp_path)
+    async with Ledger.open(url) as ledger:
+        ledger.create("calm").append("user/message", user_message("hi"), surface_op="append")
+        ledger.create("loud").append("user/message", user_message("hi!!"), surface_op="append")
+    plugin = ("--plugin", "shout_checks:Checks")
+
+    assert run_cli(cli_env, "--store", url, "verify").code == 0
+    verified = run_cli(cli_env, *plugin, "--store", url, "verify", "--json", cwd=tmp_path)
+    assert verified.code == 1, verified
+    report = verified.json()
+    assert report["logChecks"] == ["sessionledger_invariants", "shout_checks.Checks"]
+    problems = {s["id"]: [(p["seq"], p["rule"]) for p in s["problems"]] for s in report["sessions"]}
+    assert problems == {"calm": [], "loud": [(0, "no-shouting")]}
+    text = run_cli(cli_env, *plugin, "--store", url, "verify", "loud", cwd=tmp_path)
+    assert "seq 0  no-shouting  the user shouted" in text.out
+
+    # import: the check refuses a history before anything is written ...
+    history = tmp_path / "history.json"
+    history.write_text('[{"role": "user", "content": "hi!!"}]')
+    refused = run_cli(
+        cli_env, *plugin, "--store", url, "import", "--format", "openai", str(history), cwd=tmp_path
+    )
+    assert_user_error(refused, "BAD_HISTORY")
+    assert "rule 'no-shouting'" in refused.err
+    # ... and the validator it offers runs on what import appends (and on nothing else).
+    history.write_text('[{"role": "user", "content": "a secret"}]')
+    vetoed = run_cli(
+        cli_env,
+        *plugin,
+        "--store",
+        url,
+        "import",
+        "--format",
+        "openai",
+        str(history),
+        "--id",
+        "told",
+        cwd=tmp_path,
+    )
+    assert_user_error(vetoed, "INVARIANT")
+    assert "no secrets" in vetoed.err
+    listed = run_cli(cli_env, "--store", url, "ls", "--json")
+    assert sorted(row["id"] for row in listed_rows(listed)) == ["calm", "loud"]
+    unchecked = run_cli(
+        cli_env, "--store", url, "import", "--format", "openai", str(history), "--id", "told"
+    )
+    assert unchecked.code == 0, unchecked
+
+
 # -- moving ----------------------------------------------------------------------------
 
 
@@ -1316,6 +1434,7 @@ import asyncio, os, time
 from pathlib import Path
 
 from sessionledger import hookimpl
+from sessionledger.storage import SessionPersistence
 
 MARK = Path(os.environ["SLOW_MARK"])
 if os.environ["SLOW_AT"] == "import":
@@ -1329,7 +1448,10 @@ if os.environ["SLOW_AT"] == "swallow":  # code that catches everything, as some 
         pass
 
 
-class SlowStore:
+class SlowStore(SessionPersistence):  # only what the commands reach first
+    def __init__(self):
+        pass
+
     async def _slow(self, *args, **kwargs):
         MARK.write_text("running")
         await asyncio.sleep(60)

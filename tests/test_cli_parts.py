@@ -3,6 +3,7 @@ helpers, and the demo's scripted model and harness."""
 
 from __future__ import annotations
 
+import ast
 import io
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from sessionledger import Ledger, user_message
 from sessionledger.cli import _app as app
+from sessionledger.cli._checking import load_log_checks
 from sessionledger.cli._demo import command_prefix, compact_turn
 from sessionledger.cli._demo_agent import (
     PACKAGE_JSON,
@@ -28,6 +30,7 @@ from sessionledger.cli._demo_agent import (
     turn_1_answer,
 )
 from sessionledger.cli._eventlog import WHOLE_WIDTH, EventLog, plan_layout
+from sessionledger.cli._plugins import offered_validators
 from sessionledger.cli._preview import event_preview, seq_ranges
 from sessionledger.cli._render import describe_sources
 from sessionledger.cli._stores import default_store_path, default_store_url, store_is_missing
@@ -322,3 +325,35 @@ def test_the_next_page_command_names_absolute_times() -> None:
     assert command.startswith("sessionledger --store 'sqlite:a b.db' --plugin p:P ls --limit 2 ")
     since = command.split("--since ")[1]
     assert parse_when(since, "since", now=0) == query.since
+
+
+def test_the_command_line_imports_no_plugin_distribution_by_name() -> None:
+    # Plugins (the invariants, the backends) are found through the plugin manager, so a
+    # command works, or says what to install, whichever of them are installed.
+    folder = Path(app.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                assert not module.startswith("sessionledger_"), f"{path.name}:{node.lineno}"
+
+
+@pytest.mark.invariants_off
+def test_the_writing_commands_find_the_invariants_through_their_entry_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    (offered,) = offered_validators()
+    assert isinstance(offered, InvariantsPlugin)
+    assert offered_validators([offered]) == []
+    checks = load_log_checks()
+    assert checks.names == ["sessionledger_invariants"]
+    assert checks.check_log is not None
+    monkeypatch.setenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert offered_validators() == []
+    assert load_log_checks() == type(checks)([], None)

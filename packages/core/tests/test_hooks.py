@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -780,3 +780,123 @@ def test_autoload_switch_is_read_when_the_ledger_is_built(
     enabled = Ledger()
     assert type_name not in disabled.plugins.event_types
     assert type_name in enabled.plugins.event_types
+
+
+# --- what a plugin offers the command line: validators, offline checks ----------------------
+
+
+class Finding(NamedTuple):
+    seq: int | None
+    rule: str | None
+    message: str
+
+
+class NoX:
+    """A validator that refuses every ``x`` event."""
+
+    @hookimpl
+    def ledger_validate(self, event: SessionEvent) -> None:
+        if event.type == "x":
+            raise Veto(f"no x at seq {event.seq}")
+
+
+class OffersChecks:
+    """A third-party plugin: offers ``NoX`` to commands that write, checks stored logs."""
+
+    @hookimpl
+    def ledger_offered_validators(self, plugins: tuple[object, ...]) -> list[object]:
+        return [] if any(isinstance(plugin, NoX) for plugin in plugins) else [NoX()]
+
+    @hookimpl
+    def ledger_check_log(self, events: list[SessionEvent]) -> list[Finding]:
+        return [Finding(event.seq, "no-x", "an x event") for event in events if event.type == "x"]
+
+
+class ChecksTheEnd:
+    @hookimpl
+    def ledger_check_log(self, events: list[SessionEvent]) -> list[Finding]:
+        return [Finding(None, "short", f"{len(events)} events")] if len(events) < 3 else []
+
+
+def test_offered_validators_are_fresh_and_left_out_of_the_ledger_itself() -> None:
+    led = ledger(OffersChecks())
+    led.create("free").append("x", {})  # offered, not imposed
+    offered = led.plugins.offered_validators()
+    assert [type(plugin) for plugin in offered] == [NoX]
+    assert led.plugins.offered_validators()[0] is not offered[0]
+    assert ledger(OffersChecks(), NoX()).plugins.offered_validators() == []
+    checked = ledger(OffersChecks(), *offered).create("checked")
+    with pytest.raises(Veto, match="no x at seq 0"):
+        checked.append("x", {})
+    assert checked.seq == 0
+    assert ledger().plugins.offered_validators() == []
+
+
+def test_offline_checks_run_plugin_by_plugin_in_registration_order() -> None:
+    plugins = ledger(OffersChecks(), ChecksTheEnd()).plugins
+    assert plugins.log_checkers() == [
+        f"{__name__}.OffersChecks",
+        f"{__name__}.ChecksTheEnd",
+    ]
+    session = ledger().create("s")
+    session.append("x", {})
+    session.append("y", {})
+    assert plugins.check_log(session.events) == [
+        Finding(0, "no-x", "an x event"),
+        Finding(None, "short", "2 events"),
+    ]
+    assert ledger().plugins.log_checkers() == []
+    assert ledger().plugins.check_log(session.events) == []
+
+
+class NotAList:
+    @hookimpl
+    def ledger_check_log(self) -> Any:
+        return 3
+
+    @hookimpl
+    def ledger_offered_validators(self) -> Any:
+        return 3
+
+
+class NotFindings:
+    @hookimpl
+    def ledger_check_log(self) -> Any:
+        return ["text"]
+
+
+def test_a_plugin_returning_the_wrong_shape_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="ledger_check_log must return a list"):
+        ledger(NotAList()).plugins.check_log([])
+    with pytest.raises(ConfigError, match="ledger_offered_validators must return a list"):
+        ledger(NotAList()).plugins.offered_validators()
+    with pytest.raises(ConfigError, match="returned str, which lacks seq, rule or message"):
+        ledger(NotFindings()).plugins.check_log([])
+
+
+def test_an_entry_point_plugin_offers_its_check(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Published like any installed plugin: found through the entry point, never by name.
+    monkeypatch.delenv("SESSIONLEDGER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    directory = tmp_path_factory.mktemp("dist")
+    (directory / "fake_checks_plugin.py").write_text(
+        "import collections\n"
+        "from sessionledger import hookimpl\n\n"
+        "Found = collections.namedtuple('Found', 'seq rule message')\n\n"
+        "@hookimpl\n"
+        "def ledger_check_log(events):\n"
+        "    return [Found(e.seq, 'odd', 'odd seq') for e in events if e.seq % 2]\n"
+    )
+    dist = directory / "fake_checks_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-checks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[sessionledger]\nfake-checks = fake_checks_plugin\n")
+    monkeypatch.syspath_prepend(str(directory))
+    plugins = Ledger().plugins
+    assert "fake-checks" in plugins.log_checkers()
+    session = ledger().create("s")
+    for _ in range(3):
+        session.append("x", {})
+    assert (1, "odd", "odd seq") in [tuple(found) for found in plugins.check_log(session.events)]
+    assert "fake-checks" not in Ledger(load_entrypoints=False).plugins.log_checkers()

@@ -30,7 +30,14 @@ from sessionledger.model._session import Session
 from sessionledger.plugins._hookspecs import hookimpl
 from sessionledger.plugins._manager import AUTOLOAD_SWITCH
 from sessionledger.storage._memory import MemoryPersistence
-from sessionledger_invariants import EMPTY_TRACE, ENABLE_SWITCH, InvariantsPlugin, Trace, rules as R
+from sessionledger_invariants import (
+    EMPTY_TRACE,
+    ENABLE_SWITCH,
+    InvariantsPlugin,
+    Trace,
+    check_log,
+    rules as R,
+)
 
 
 class LaterVeto:
@@ -307,6 +314,35 @@ def test_the_switch_is_read_when_the_ledger_is_built(autoload):
     autoload.setenv(ENABLE_SWITCH, "0")
     with pytest.raises(InvariantError):
         put(ledger.create("s"), PLUGIN(), TE(1))
+
+
+@pytest.mark.invariants_off
+def test_the_entry_point_offers_a_fresh_validator_to_commands_that_write(autoload):
+    # What `sessionledger demo` and `import` register: found through the entry point.
+    plugins = Ledger().plugins
+    (offered,) = plugins.offered_validators()
+    assert isinstance(offered, InvariantsPlugin)
+    (again,) = plugins.offered_validators()
+    assert again is not offered
+    assert Ledger(plugins=[InvariantsPlugin()]).plugins.offered_validators() == []
+    assert Ledger(load_entrypoints=False).plugins.offered_validators() == []
+    autoload.setenv(ENABLE_SWITCH, "1")  # the switch already added one: nothing more
+    assert Ledger().plugins.offered_validators() == []
+
+
+@pytest.mark.invariants_off
+@pytest.mark.parametrize("switch", ["0", "1"])
+def test_the_entry_point_checks_a_stored_log_offline_once(autoload, switch):
+    # What `sessionledger verify` runs; an InvariantsPlugin in the ledger adds no second check.
+    autoload.setenv(ENABLE_SWITCH, switch)
+    plugins = Ledger().plugins
+    assert plugins.log_checkers() == ["sessionledger_invariants"]
+    events = log(TS(1), TE(1), TS(3), SE(3, 1))
+    found = plugins.check_log(events)
+    assert found == check_log(events)
+    assert [(v.seq, v.rule) for v in found] == [(2, R.TURN_NUMBER), (3, R.STEP_SCOPE)]
+    assert plugins.check_log(log(TS(1), TE(1))) == []
+    assert Ledger(load_entrypoints=False).plugins.log_checkers() == []
 
 
 async def test_fork_refuses_an_open_turn_before_the_plugin_sees_it(ledger):

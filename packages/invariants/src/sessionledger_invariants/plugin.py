@@ -1,15 +1,17 @@
-"""The invariants plugin, its offline check, and the entry-point switch.
+"""The invariants plugin, its offline check, and the entry-point hooks.
 
-This module is the ``sessionledger`` entry point of the package. Loading it changes
-nothing by itself: its only hook, ``ledger_plugins``, adds a fresh ``InvariantsPlugin``
-to a ledger being built when ``SESSIONLEDGER_INVARIANTS`` is set then. The other way to
+This module is the ``sessionledger`` entry point of the package. Loading it changes no
+ledger by itself: ``ledger_plugins`` adds a fresh ``InvariantsPlugin`` to a ledger being
+built when ``SESSIONLEDGER_INVARIANTS`` is set then; ``ledger_offered_validators`` offers
+one to a command that writes on the user's behalf (``sessionledger demo``, ``import``);
+``ledger_check_log`` is the offline check ``sessionledger verify`` runs. The other way to
 enable the checks is explicit: ``Ledger(plugins=[InvariantsPlugin()])``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sessionledger import ConfigError, InvariantError, SessionEvent, hookimpl
@@ -19,7 +21,14 @@ from sessionledger_invariants.trace import EMPTY_TRACE, TRANSITIONS, RuleBroken,
 if TYPE_CHECKING:
     from sessionledger import Session
 
-__all__ = ["ENABLE_SWITCH", "InvariantsPlugin", "check_log", "ledger_plugins"]
+__all__ = [
+    "ENABLE_SWITCH",
+    "InvariantsPlugin",
+    "check_log",
+    "ledger_check_log",
+    "ledger_offered_validators",
+    "ledger_plugins",
+]
 
 #: Environment variable that enables the plugin for every ledger built while it is set.
 ENABLE_SWITCH: Final = "SESSIONLEDGER_INVARIANTS"
@@ -119,3 +128,22 @@ def ledger_plugins(plugins: tuple[object, ...]) -> list[object]:
     if not _switch_on() or any(isinstance(plugin, InvariantsPlugin) for plugin in plugins):
         return []
     return [InvariantsPlugin()]
+
+
+@hookimpl
+def ledger_offered_validators(plugins: tuple[object, ...]) -> list[object]:
+    """Offer a fresh ``InvariantsPlugin`` to a command that writes events on the user's
+    behalf, unless *plugins* already holds one."""
+    if any(isinstance(plugin, InvariantsPlugin) for plugin in plugins):
+        return []
+    return [InvariantsPlugin()]
+
+
+@hookimpl
+def ledger_check_log(events: Sequence[SessionEvent]) -> list[Violation]:
+    """Check a stored log offline: ``check_log``, offered to ``sessionledger verify``.
+
+    Only this module implements it, not ``InvariantsPlugin``: a ledger that also holds an
+    instance would otherwise check every log twice.
+    """
+    return check_log(events)

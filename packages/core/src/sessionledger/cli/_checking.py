@@ -3,7 +3,8 @@
 ``verify`` never writes. For each session it reads the log as stored (``read_from``),
 validates it the way a resume would (``inspect``: envelopes, message shapes, the
 surface rules), checks the data shapes an append would check (``sessionledger.model._shapes``)
-and runs the invariants' ``check_log`` over the stored events. Anything
+and runs every plugin's offline check (``ledger_check_log``: the invariants' when that
+plugin is installed) over the stored events. Anything
 found is a problem and the command exits 1. A turn left open is only a note: it is what
 a crash (or a session still running) leaves, and a resume closes it. So are events of
 types no loaded plugin declares: they are read as stored and not checked.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,7 +23,7 @@ from rich.text import Text
 
 from sessionledger._errors import ConfigError, EventDataError, LedgerError, SessionNotFoundError
 from sessionledger.cli._inspecting import open_turn, paused_note
-from sessionledger.cli._missing import install_hint
+from sessionledger.cli._missing import no_log_check
 from sessionledger.cli._preview import seq_ranges
 from sessionledger.cli._render import event_table, make_console, write_json
 from sessionledger.cli._stores import opened_store
@@ -30,13 +31,17 @@ from sessionledger.cli._words import plural
 from sessionledger.model._events import SessionEvent
 from sessionledger.model._repair import paused_calls
 from sessionledger.model._shapes import data_shape_problem
+from sessionledger.plugins._hookspecs import LogFinding
+from sessionledger.plugins._manager import AUTOLOAD_SWITCH, autoload_enabled
+from sessionledger.runtime._opening import plugin_set
+from sessionledger.storage._cancellation import in_thread
 from sessionledger.storage._committed import TornTail
 from sessionledger.storage._persistence import SessionPersistence
 
 #: Exit status of ``verify`` when it found problems (2 stays reserved for user mistakes).
 EXIT_PROBLEMS = 1
 
-CheckLog = Callable[[Sequence[SessionEvent]], Sequence[Any]]
+CheckLog = Callable[[Sequence[SessionEvent]], Sequence[LogFinding]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,13 +77,21 @@ class SessionReport:
         }
 
 
-def load_check_log() -> CheckLog | None:
-    """Return ``sessionledger_invariants.check_log``, or None when it is not installed."""
-    try:
-        from sessionledger_invariants import check_log
-    except ImportError:
-        return None
-    return check_log
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogChecks:
+    """The offline checks the installed plugins and ``--plugin`` offer: who offers one
+    (plugin names, in registration order), and all of them as one ``CheckLog``."""
+
+    names: list[str]
+    check_log: CheckLog | None
+
+
+def load_log_checks(plugins: Iterable[object] = ()) -> LogChecks:
+    """Find every ``ledger_check_log`` through the plugin manager (entry points and
+    *plugins*); reads the installed distributions, so call it off the event loop."""
+    found = plugin_set(plugins, load_entrypoints=True)
+    names = found.log_checkers()
+    return LogChecks(names, found.check_log if names else None)
 
 
 def _problem(error: LedgerError) -> Problem:
@@ -200,7 +213,8 @@ async def verify(args: argparse.Namespace) -> int:
     """
     if args.all and args.ids:
         raise ConfigError("verify takes session ids or --all, not both")
-    check_log = load_check_log()
+    checks = await in_thread(load_log_checks, args.plugins)
+    check_log = checks.check_log
     reports: list[SessionReport] = []
     skipped: list[str] = []
     async with opened_store(args.store_url, plugins=args.plugins) as store:
@@ -215,6 +229,7 @@ async def verify(args: argparse.Namespace) -> int:
             {
                 "ok": not failed and not skipped,
                 "invariantsChecked": check_log is not None,
+                "logChecks": checks.names,
                 "sessions": [report.to_json() for report in reports],
                 "unreadable": skipped,
             }
@@ -222,12 +237,8 @@ async def verify(args: argparse.Namespace) -> int:
         return EXIT_PROBLEMS if failed or skipped else 0
     console = make_console()
     if check_log is None:
-        console.print(
-            Text(
-                f"note: invariants not checked; {install_hint('sessionledger-invariants')}",
-                style="yellow",
-            )
-        )
+        switch = None if autoload_enabled(True) else AUTOLOAD_SWITCH
+        console.print(Text(f"note: {no_log_check(autoload_switch=switch)}", style="yellow"))
     for report in reports:
         count = "? events" if report.events is None else plural(report.events, "event")
         if report.problems:

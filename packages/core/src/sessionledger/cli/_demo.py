@@ -43,7 +43,7 @@ from sessionledger.cli._demo_agent import (
     turn_1_answer,
 )
 from sessionledger.cli._demo_child import READY_MARKER
-from sessionledger.cli._plugins import invariants_plugins
+from sessionledger.cli._plugins import offered_validators
 from sessionledger.cli._preview import surface_op_text
 from sessionledger.cli._render import (
     PIPE_WIDTH,
@@ -249,14 +249,17 @@ async def demo(args: argparse.Namespace) -> int:
     # (docs/backends.md, "no blocking call on the event loop").
     workdir = await in_thread(_make_workdir)
     try:
-        async with opened_ledger(url, plugins=invariants_plugins()) as ledger:
+        # The validators installed plugins offer (the invariants), fresh for each ledger.
+        validators = await in_thread(offered_validators)
+        async with opened_ledger(url, plugins=validators) as ledger:
             await _check_unused(ledger, session_id)
             session = ledger.create(
                 session_id, cwd=str(workdir), title="demo: summarise package.json"
             )
             output = await _play_turn_1(ledger, session, args.seed, workdir, say)
         await _crash_turn_2(url, session_id, args.seed, say)
-        async with opened_ledger(url, plugins=invariants_plugins()) as ledger:
+        validators = await in_thread(offered_validators)
+        async with opened_ledger(url, plugins=validators) as ledger:
             assert ledger.persistence is not None
             stored = len(await ledger.persistence.read_from(session_id, 0))
             session = await ledger.resume(session_id)

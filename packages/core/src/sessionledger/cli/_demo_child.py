@@ -24,9 +24,10 @@ from sessionledger.cli._demo_agent import (
     DemoHarness,
     ScriptedModel,
 )
-from sessionledger.cli._plugins import invariants_plugins
+from sessionledger.cli._plugins import offered_validators
 from sessionledger.cli._stores import opened_ledger
 from sessionledger.model._vocabulary import TURN_START
+from sessionledger.storage._cancellation import in_thread
 
 #: Printed (and flushed) once the tool/call is durable and the tool is "running".
 READY_MARKER: Final = "@@sessionledger-demo: tool running@@"
@@ -47,7 +48,8 @@ async def _run_command(arguments: Mapping[str, Any]) -> str:
 
 async def run(store: str, session_id: str, seed: int) -> None:
     """Resume *session_id* and play turn 2 up to the running tool."""
-    async with opened_ledger(store, plugins=invariants_plugins()) as ledger:
+    validators = await in_thread(offered_validators)  # the invariants, when installed
+    async with opened_ledger(store, plugins=validators) as ledger:
         session = await ledger.resume(session_id)
         turn = 1 + sum(1 for event in session.events if event.type == TURN_START)
         _say(f"resumed {session_id} at seq {session.seq} (pid of this process: {os.getpid()})")

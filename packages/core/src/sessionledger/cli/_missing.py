@@ -1,4 +1,5 @@
-"""What to install when a store scheme has no backend or a module is missing.
+"""What to install when a store scheme has no backend, a module is missing or no plugin
+checks stored logs.
 
 The sibling distributions are not on a package index: the hint names the distribution
 and the folder of a checkout to install it from. Nothing here imports anything heavy,
@@ -63,6 +64,18 @@ def missing_backend(scheme: str, served: list[str], *, autoload_switch: str | No
     if autoload_switch is not None:
         return f"{message}; {distribution} is installed, but {autoload_switch} keeps it unloaded"
     return f"{message}; {distribution} is installed but its plugin did not register {scheme}:"
+
+
+def no_log_check(*, autoload_switch: str | None) -> str:
+    """Word ``verify``'s note when no plugin checks stored logs offline: the invariants
+    are not checked, and what to install (or what keeps the installed plugin unloaded)."""
+    distribution = "sessionledger-invariants"
+    message = "invariants not checked"
+    if not _installed(distribution):
+        return f"{message}; {install_hint(distribution)}"
+    if autoload_switch is not None:
+        return f"{message}; {distribution} is installed, but {autoload_switch} keeps it unloaded"
+    return f"{message}; {distribution} is installed but its plugin offered no log check"
 
 
 def distribution_of_module(module: str) -> str | None:

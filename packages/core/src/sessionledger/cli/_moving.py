@@ -18,7 +18,8 @@ from sessionledger._errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from sessionledger.cli._checking import load_check_log
+from sessionledger.cli._checking import load_log_checks
+from sessionledger.cli._plugins import offered_validators
 from sessionledger.cli._render import make_console, write_json
 from sessionledger.cli._stores import opened_ledger, opened_store
 from sessionledger.cli._words import plural
@@ -168,9 +169,10 @@ async def import_history(args: argparse.Namespace) -> int:
     file of provider messages (a list, or an object with ``messages`` and ``system``).
 
     The history is first appended to a detached session (every envelope, data, message
-    and surface check) and run through the invariants when they are installed; only a
-    history that passes them all is appended through a ledger and flushed, so a bad file
-    leaves nothing in the store.
+    and surface check) and run through every plugin's offline check (the invariants' when
+    they are installed); only a history that passes them all is appended through a
+    ledger, with the validators the plugins offer (``ledger_offered_validators``), and
+    flushed, so a bad file leaves nothing in the store.
     """
     messages, system = load_history_file(await in_thread(Path(args.file).read_bytes))
     if args.format == "openai":
@@ -180,14 +182,16 @@ async def import_history(args: argparse.Namespace) -> int:
     else:
         envelopes = from_anthropic_messages(messages, system=system)
     _append_all(Session.create(header=SessionHeader(id="import", created_at=0)), envelopes)
-    check_log = load_check_log()
+    check_log = (await in_thread(load_log_checks, args.plugins)).check_log
     violations = [] if check_log is None else list(check_log(envelopes_as_events(envelopes)))
     if violations:
         first = violations[0]
+        rule = f"rule {first.rule!r}" if first.rule else "a rule"
         raise HistoryFormatError(
-            f"the history breaks the turn/step/tool invariants at seq {first.seq}: {first.message}"
+            f"the history breaks {rule} of the log checks at seq {first.seq}: {first.message}"
         )
-    async with opened_ledger(args.store_url, plugins=args.plugins) as ledger:
+    validators = await in_thread(offered_validators, args.plugins)
+    async with opened_ledger(args.store_url, plugins=[*args.plugins, *validators]) as ledger:
         session = ledger.create(args.id)
         _append_all(session, envelopes)
         await ledger.flush(session)
@@ -212,5 +216,5 @@ def _append_all(session: Session, envelopes: Sequence[Mapping[str, Any]]) -> Non
 
 
 def envelopes_as_events(envelopes: Sequence[Mapping[str, Any]]) -> list[SessionEvent]:
-    """Return envelope dicts as frozen events (what the invariants' ``check_log`` reads)."""
+    """Return envelope dicts as frozen events (what ``ledger_check_log`` reads)."""
     return [SessionEvent.from_json(envelope) for envelope in envelopes]

@@ -6,6 +6,10 @@ so that its event types are known to ``resume``-like commands and its sessions r
 interpreted. The attribute may be a plugin object or module, or a class, which is
 instantiated without arguments. The current directory is searched first, as
 ``python -m`` would, so a plugin module next to the user's script is found.
+
+The commands find what installed plugins offer them through the hooks, never by a
+plugin's name: ``offered_validators`` for the commands that write events on the user's
+behalf (docs/plugins.md, "the hooks").
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 from collections.abc import Iterable
 
 from sessionledger._errors import ConfigError
+from sessionledger.runtime._opening import plugin_set
 
 
 def _load(spec: str) -> object:
@@ -51,11 +56,11 @@ def load_plugins(specs: Iterable[str]) -> list[object]:
     return [_load(spec) for spec in specs]
 
 
-def invariants_plugins() -> list[object]:
-    """Return a fresh invariants plugin when it is installed (``[]`` otherwise): the
-    commands that write events (``demo``, ``import``) run with the invariants on."""
-    try:
-        from sessionledger_invariants import InvariantsPlugin
-    except ImportError:
-        return []
-    return [InvariantsPlugin()]
+def offered_validators(plugins: Iterable[object] = ()) -> list[object]:
+    """Return fresh validators that the installed plugins and *plugins* offer to a command
+    writing events on the user's behalf (``ledger_offered_validators``): ``demo`` and
+    ``import`` run with the invariants on when the invariants plugin is installed.
+
+    Finding them reads the installed distributions: call it off the event loop.
+    """
+    return plugin_set(plugins, load_entrypoints=True).offered_validators()

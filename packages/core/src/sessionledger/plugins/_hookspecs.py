@@ -7,8 +7,8 @@ An implementation may accept any subset of a hook's arguments.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import pluggy
 
@@ -22,6 +22,23 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class LogFinding(Protocol):
+    """What ``ledger_check_log`` returns for each problem: any object with these three
+    attributes (a dataclass, a named tuple; the invariants' ``Violation`` is one)."""
+
+    @property
+    def seq(self) -> int | None:
+        """The seq of the event the problem is about, or None for the log as a whole."""
+
+    @property
+    def rule(self) -> str | None:
+        """A stable identifier of the rule that is broken, such as ``turn-number``."""
+
+    @property
+    def message(self) -> str:
+        """What was expected and what the log holds, for a person."""
 
 
 @hookspec
@@ -93,3 +110,25 @@ def ledger_plugins(plugins: tuple[object, ...]) -> list[object]:  # type: ignore
 def ledger_backends() -> Mapping[str, Callable[..., object]]:  # type: ignore[empty-body]
     """Return ``{scheme: factory}`` for the store URLs this plugin serves: each factory is a
     ``sessionledger.storage.BackendFactory`` (typed there, a layer above the hooks)."""
+
+
+@hookspec
+def ledger_offered_validators(plugins: tuple[object, ...]) -> list[object]:  # type: ignore[empty-body]
+    """Return fresh validator plugins that stay off by default, for a tool that writes
+    events on the user's behalf to register; given the plugins registered so far.
+
+    Called only by such a tool (the command line's ``demo`` and ``import``), never while
+    a ledger is built: an installed plugin offers checks there without imposing them on
+    every ledger. Return ``[]`` when *plugins* already holds one of yours.
+    """
+
+
+@hookspec
+def ledger_check_log(events: Sequence[SessionEvent]) -> Iterable[LogFinding]:  # type: ignore[empty-body]
+    """Check a stored log offline and return every problem found, in log order (empty
+    for a sound log); each has ``seq``, ``rule`` and ``message`` (``LogFinding``).
+
+    Run by ``sessionledger verify`` on each stored session and by ``import`` on the
+    history before anything is written. Must not raise for a problem in the log: report it
+    and go on. The events are those stored, possibly of types no plugin declares.
+    """

@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import types
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -28,7 +28,7 @@ from sessionledger.model._registry import (
 )
 from sessionledger.model._session import SessionHooks
 from sessionledger.plugins import _hookspecs as hookspecs
-from sessionledger.plugins._hookspecs import hookimpl
+from sessionledger.plugins._hookspecs import LogFinding, hookimpl
 
 if TYPE_CHECKING:
     from sessionledger.model._events import SessionEvent
@@ -195,6 +195,43 @@ class PluginSet:
                 found[scheme] = factory
                 owners[scheme] = impl.plugin_name
         return found
+
+    def offered_validators(self) -> list[object]:
+        """Return the fresh validators the plugins offer to a command that writes events
+        on the user's behalf (``ledger_offered_validators``), in registration order."""
+        registered = tuple(self.pm.get_plugins())
+        offered: list[object] = []
+        for impl in _registration_order(self.pm, "ledger_offered_validators"):
+            found = _call(impl, plugins=registered) or ()
+            if not isinstance(found, Iterable):
+                raise ConfigError(
+                    f"plugin {impl.plugin_name!r}: ledger_offered_validators must return a list"
+                )
+            offered.extend(found)
+        return offered
+
+    def log_checkers(self) -> list[str]:
+        """Name the plugins that check a stored log offline (``ledger_check_log``)."""
+        return [impl.plugin_name for impl in _registration_order(self.pm, "ledger_check_log")]
+
+    def check_log(self, events: Sequence[SessionEvent]) -> list[LogFinding]:
+        """Return what every ``ledger_check_log`` finds in *events*: plugin by plugin in
+        registration order, each plugin's findings in its own order."""
+        findings: list[LogFinding] = []
+        for impl in _registration_order(self.pm, "ledger_check_log"):
+            found = _call(impl, events=events) or ()
+            if not isinstance(found, Iterable):
+                raise ConfigError(
+                    f"plugin {impl.plugin_name!r}: ledger_check_log must return a list"
+                )
+            for finding in found:
+                if not all(hasattr(finding, name) for name in ("seq", "rule", "message")):
+                    raise ConfigError(
+                        f"plugin {impl.plugin_name!r}: ledger_check_log returned "
+                        f"{type(finding).__qualname__}, which lacks seq, rule or message"
+                    )
+                findings.append(finding)
+        return findings
 
     def session_created(self, session: Session) -> None:
         """Announce a live session; an exception refuses it (and propagates)."""
