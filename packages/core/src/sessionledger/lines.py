@@ -15,8 +15,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, final, overload
 
+from sessionledger._accelerator import choose
 from sessionledger.logstore import RawRecord
-from sessionledger.snapshot import ACCELERATOR
 
 __all__ = ["LineRecords", "pure_line_starts"]
 
@@ -148,6 +148,6 @@ def pure_line_starts(data: bytes, start: int, stop: int, begins: bytes) -> tuple
 
 
 #: The line scan of ``take_lines``: compiled where the accelerator runs.
-_line_starts: Final[Callable[[bytes, int, int, bytes], tuple[bytes, int]]] = (
-    ACCELERATOR.line_starts if ACCELERATOR is not None else pure_line_starts
+_line_starts: Final[Callable[[bytes, int, int, bytes], tuple[bytes, int]]] = choose(
+    "line_starts", pure_line_starts
 )

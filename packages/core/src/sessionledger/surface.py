@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
+from sessionledger._accelerator import choose
 from sessionledger.errors import SeedError, SurfaceError
 from sessionledger.events import APPEND, Replace, SessionEvent
-from sessionledger.snapshot import ACCELERATOR
 from sessionledger.vocabulary import ASSISTANT_MESSAGE, SURFACE_TYPES, TOOL_RESULT
 
 __all__ = ["Replacement", "SurfaceFold", "SurfaceManager", "fold_surface"]
@@ -286,6 +286,4 @@ def _never_known(seqs: tuple[int, ...]) -> bool:
 
 
 #: Whether provenance rises strictly: compiled where the accelerator runs.
-_ascending: Final[Callable[[tuple[int, ...]], bool]] = (
-    ACCELERATOR.ascending if ACCELERATOR is not None else _never_known
-)
+_ascending: Final[Callable[[tuple[int, ...]], bool]] = choose("ascending", _never_known)
