@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import importlib.util
 import itertools
 import os
 import re
@@ -675,3 +676,22 @@ def test_each_delta_field_at_each_edge_freezes_in_c_as_in_python() -> None:
                     assert outcome == delta_outcome(deltas.pure_freeze_delta, data), data
                     taken += outcome is not None
     assert taken > 10
+
+
+def test_each_module_object_keeps_its_own_setup() -> None:
+    # Multi-phase initialisation (PEP 489): what setup() hands a module object is that
+    # object's state, not a static of the shared library another instance would see.
+    freeze = compiled()
+    spec = importlib.util.find_spec("sessionledger._freeze")
+    assert spec is not None
+    assert spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    assert fresh is not freeze
+    with pytest.raises(RuntimeError, match="setup"):
+        fresh.freeze_mapping({"a": 1})
+    assert freeze.freeze_mapping({"a": 1}) == {"a": 1}
+    fresh.setup(FrozenDict, SAFE, 3, snapshot_module.mark_shallow)
+    assert type(fresh.freeze_mapping({"a": [1]})) is FrozenDict
+    with pytest.raises(TypeError):
+        fresh.setup(FrozenDict, SAFE, 3, "not callable")

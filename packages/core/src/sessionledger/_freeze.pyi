@@ -1,7 +1,11 @@
+from collections.abc import Callable
 from typing import Any
 
 def setup(
-    frozen_dict_type: type[dict[str, Any]], max_safe_integer: int, max_depth: int
+    frozen_dict_type: type[dict[str, Any]],
+    max_safe_integer: int,
+    max_depth: int,
+    mark_shallow: Callable[[Any], Any] | None = None,
 ) -> None: ...
 def freeze_mapping(source: object) -> Any: ...
 def freeze_sequence(source: object) -> tuple[Any, ...] | None: ...

@@ -305,7 +305,7 @@ def _leave_tracked(*objects: object) -> None:
 # copies; the compiled one also leaves a frozen value untracked by the cyclic collector
 # (it holds nothing the collector tracks).
 if BUILT is not None:
-    BUILT.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH)
+    BUILT.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH, mark_shallow)
 #: Return the frozen copy of a dict when the fast path accepts it, else None (see
 #: ``pure_freeze_mapping``): compiled where the accelerator runs.
 freeze_mapping: Final[Callable[[Any], FrozenDict | None]] = choose(
