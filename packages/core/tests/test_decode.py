@@ -1,4 +1,4 @@
-"""The read path's common case (``sessionledger._decode``) against the rules.
+"""The read path's common case (``sessionledger.storage._decode``) against the rules.
 
 A stored record in the writer's form is decoded by msgspec into its Struct and built
 into its event or run; anything else is left to the rules of ``committed``, which parse
@@ -21,23 +21,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger import jsoncodec
-from sessionledger._decode import decode_batches, decode_lines, decode_records, decode_text
-from sessionledger.chunks import ROW_TYPES, pack_chunk_runs, unpack_to_log
-from sessionledger.committed import scan_log
-from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import APPEND, SessionEvent, SessionHeader
-from sessionledger.lines import LineRecords
-from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
-from sessionledger.snapshot import freeze_mapping
+from sessionledger._errors import CorruptLogError, LedgerError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._events import APPEND, SessionEvent, SessionHeader
+from sessionledger.model._snapshot import freeze_mapping
+from sessionledger.model._vocabulary import RESERVED_TYPES
+from sessionledger.storage._chunks import ROW_TYPES, pack_chunk_runs, unpack_to_log
+from sessionledger.storage._committed import scan_log
+from sessionledger.storage._decode import decode_batches, decode_lines, decode_records, decode_text
+from sessionledger.storage._lines import LineRecords
+from sessionledger.storage._logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
-from sessionledger.vocabulary import RESERVED_TYPES
 
 SAFE = 2**53 - 1
 #: Whether the compiled helpers run: only they untrack what they build (on the pure path
 #: the collector may untrack a tuple of scalars itself, at any collection).
-ACCELERATED = importlib.import_module("sessionledger.snapshot").ACCELERATED
+ACCELERATED = importlib.import_module("sessionledger.model._snapshot").ACCELERATED
 
 
 def run_from_text(text: bytes | memoryview) -> ChunkRun | None:
@@ -334,7 +334,7 @@ def test_a_seq_past_64_bits_handed_to_a_decode_loop_is_declined_not_an_overflow(
     # The loops' own integer arguments: an expected seq no record can state takes nothing
     # (the rules then name the first record), a walk from past any log finds nothing, and
     # a run starting past 64 bits is left to extend_segments, which refuses it.
-    freeze = importlib.import_module("sessionledger.snapshot").BUILT
+    freeze = importlib.import_module("sessionledger.model._snapshot").BUILT
     text = b'{"type":"x/note","seq":0,"time":0,"data":{}}'
     records = [RawRecord.of_text(text, 0, "line 2", 2)]
     lines = as_lines(records)
@@ -367,9 +367,9 @@ def test_the_fast_row_decode_runs_on_either_path() -> None:
     assert type(ordinary_decode(text_row())) is ChunkRun
 
 
-# -- the decode loop's common case (sessionledger._decode's loops) --
+# -- the decode loop's common case (sessionledger.storage._decode's loops) --
 
-committed_module = importlib.import_module("sessionledger.committed")
+committed_module = importlib.import_module("sessionledger.storage._committed")
 
 
 def rules_alone(*args: Any) -> tuple[int, int]:

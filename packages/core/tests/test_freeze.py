@@ -26,16 +26,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
-from sessionledger.chunks import (
+from sessionledger._errors import LedgerError
+from sessionledger.model._events import APPEND, SessionEvent, pure_from_json
+from sessionledger.model._vocabulary import RESERVED_TYPES
+from sessionledger.storage._chunks import (
     pure_pack_run,
 )
-from sessionledger.errors import LedgerError
-from sessionledger.events import APPEND, SessionEvent, pure_from_json
 from sessionledger.testing.strategies import session_logs
-from sessionledger.vocabulary import RESERVED_TYPES
 
-snapshot_module = importlib.import_module("sessionledger.snapshot")
-chunks_module = importlib.import_module("sessionledger.chunks")
+snapshot_module = importlib.import_module("sessionledger.model._snapshot")
+chunks_module = importlib.import_module("sessionledger.storage._chunks")
 ROOT = Path(__file__).resolve().parents[3]
 PURE = os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0")
 
@@ -524,7 +524,7 @@ def test_ascending_says_whether_a_tuple_of_ints_rises_strictly(items: list[Any])
 
 def delta_freezer() -> Any:
     """The compiled freeze_delta, set up as deltas.py sets it up (only when chosen)."""
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
@@ -613,14 +613,14 @@ def delta_data(draw: st.DrawFn) -> Any:
 
 @given(delta_data())
 def test_a_delta_freezes_in_c_as_in_python(data: Any) -> None:
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     assert delta_outcome(fast, data) == delta_outcome(deltas.pure_freeze_delta, data)
 
 
 def test_a_delta_of_each_kind_takes_the_compiled_freeze() -> None:
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     for chunk in (
@@ -657,7 +657,7 @@ def test_the_compiled_make_event_builds_what_make_event_builds() -> None:
 def test_each_delta_field_at_each_edge_freezes_in_c_as_in_python() -> None:
     # A table, every field of each kind of delta given every edge value: no rule is left
     # to the luck of a draw.
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     text = {"type": "text-delta", "index": 0, "text": "a"}

@@ -31,18 +31,18 @@ import orjson
 import pytest
 
 from sessionledger import FrozenDict
-from sessionledger.chunks import pure_pack_run
-from sessionledger.deltas import pure_freeze_delta
-from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import APPEND, SessionEvent, make_event, pure_from_json
-from sessionledger.logstore import RawRecord
-from sessionledger.vocabulary import RESERVED_TYPES
+from sessionledger.model._deltas import pure_freeze_delta
+from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._events import APPEND, SessionEvent, make_event, pure_from_json
+from sessionledger.model._vocabulary import RESERVED_TYPES
+from sessionledger.storage._chunks import pure_pack_run
+from sessionledger.storage._logstore import RawRecord
 
-snapshot = importlib.import_module("sessionledger.snapshot")
-decode = importlib.import_module("sessionledger._decode")
-eventlog = importlib.import_module("sessionledger.eventlog")
-events_module = importlib.import_module("sessionledger.events")
-chunks = importlib.import_module("sessionledger.chunks")
+snapshot = importlib.import_module("sessionledger.model._snapshot")
+decode = importlib.import_module("sessionledger.storage._decode")
+eventlog = importlib.import_module("sessionledger.model._eventlog")
+events_module = importlib.import_module("sessionledger.model._events")
+chunks = importlib.import_module("sessionledger.storage._chunks")
 
 
 def compiled_helpers() -> Any:
@@ -52,7 +52,7 @@ def compiled_helpers() -> Any:
         freeze = importlib.import_module("sessionledger._freeze")
     except ImportError:
         return None
-    deltas = importlib.import_module("sessionledger.deltas")
+    deltas = importlib.import_module("sessionledger.model._deltas")
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     freeze.setup_runs(ChunkRun)
     freeze.setup_deltas(deltas._KINDS, deltas._TOOL_KIND)

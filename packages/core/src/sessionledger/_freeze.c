@@ -2,7 +2,7 @@
  * sessionledger._freeze: the compiled object-level helpers of sessionledger, each with a
  * pure-Python twin that decides the same (sessionledger._accelerator chooses which runs).
  *
- * No JSON is parsed here: msgspec decodes stored records (sessionledger._decode). What
+ * No JSON is parsed here: msgspec decodes stored records (sessionledger.storage._decode). What
  * stays compiled is what a profile shows is worth it, one concern per file:
  *
  *   _freeze_values.c  freezing a JSON value (snapshot's fast path), packing a stored

@@ -1,5 +1,5 @@
-/* Frozen JSON values, packed runs and untracking: sessionledger.snapshot's and
-   sessionledger.chunks' object-level helpers (docs/internals.md). */
+/* Frozen JSON values, packed runs and untracking: sessionledger.model._snapshot's and
+   sessionledger.storage._chunks' object-level helpers (docs/internals.md). */
 #include "_freeze.h"
 
 enum kind { BAD = 0, SCALAR = 1, MAPPING = 2, SEQUENCE = 3 };

@@ -10,8 +10,8 @@ from typing import Any, Final
 
 import aiosqlite
 
-from sessionledger import rows
-from sessionledger.logstore import Batch
+from sessionledger.storage import _rows as rows
+from sessionledger.storage._logstore import Batch
 from sessionledger_sqlite import indexes
 from sessionledger_sqlite.reading import EVENT_COLUMNS, HEADER_COLUMNS
 

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import aiosqlite
 
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger.views._searching import IndexedText
+from sessionledger.views._summaries import SessionSummary
 
 __all__ = [
     "SUMMARY_COLUMNS",
