@@ -1,5 +1,6 @@
 """Project automation: `nox -s tests` (the suite but its slow reliability variants),
-`reliability` (those), `lint`, `typecheck`, `sanitize`, `frameworks`, `bench`, `demo`.
+`reliability` (those), `tests_pure` (the core on its pure-Python path), `lint`, `typecheck`,
+`sanitize`, `frameworks`, `bench`, `demo`.
 
 Every session installs the packages from this repository into a fresh virtual
 environment, so what runs is what a user gets from pip.
@@ -75,6 +76,19 @@ def reliability(session: nox.Session) -> None:
 
 
 @nox.session
+def tests_pure(session: nox.Session) -> None:
+    """Run the core's tests again on the pure-Python path (``SESSIONLEDGER_PURE_PYTHON=1``):
+    what a ledger accepts must not depend on whether the compiled helpers were built
+    (docs/internals.md). The tests that compare both forms in-process run in ``tests``."""
+    session.install(*PACKAGES, *TEST_TOOLS)
+    workers = ["-n", "auto", "--dist", "loadfile"]
+    session.run(
+        "pytest", *workers, "packages/core/tests", *session.posargs,
+        env={"HYPOTHESIS_PROFILE": "ci", "SESSIONLEDGER_PURE_PYTHON": "1"},
+    )  # fmt: skip
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """Check style and formatting with ruff."""
     session.install(*LINT_TOOLS)
@@ -101,10 +115,8 @@ SANITIZED_TESTS = [
     "packages/core/tests/test_session.py",
     "packages/core/tests/test_events.py",
     "packages/core/tests/test_snapshot.py",
+    "packages/core/tests/test_decode.py",
     "packages/persistence-jsonl/tests/test_split.py",
-    # It runs the core tests again on the pure-Python path: nothing compiled to check.
-    "--deselect",
-    "packages/core/tests/test_freeze.py::test_the_core_tests_pass_on_the_pure_python_fast_path",
 ]
 #: What those tests need besides the core (its `cli` extra, the conftest's plugins).
 SANITIZED_PACKAGES = [

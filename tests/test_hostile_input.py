@@ -684,8 +684,8 @@ FORBIDDEN_ATTRIBUTES = {
 #: imports its own command modules from its command table, and the plugins the user
 #: names with ``--plugin``; the package imports its own modules from its export table.
 ALLOWED = {
-    ("cli/app.py", "import_module"),
-    ("cli/plugins.py", "resolve_name"),
+    ("cli/_app.py", "import_module"),
+    ("cli/_plugins.py", "resolve_name"),
     ("sessionledger/__init__.py", "import_module"),
 }
 

@@ -22,6 +22,7 @@ LONGER_MODULES: dict[str, tuple[int, str]] = {
     "sessionledger.runtime._ledger": (620, "Ledger: the one object users hold, every method"),
     "sessionledger.model._session": (600, "Session: the append pipeline and its reads"),
     "sessionledger.storage._chunks": (600, "packing and unpacking chunk runs, both ways"),
+    "sessionledger.model._eventlog": (540, "EventLog: the events in memory, runs kept packed"),
     "sessionledger.cli._inspecting": (580, "the read-only commands over one session"),
     "sessionledger_postgres.store": (600, "the PostgreSQL LogStore: every primitive"),
     "sessionledger_sqlite.store": (560, "the SQLite LogStore: every primitive"),

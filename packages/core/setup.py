@@ -11,7 +11,13 @@ setup(
     ext_modules=[
         Extension(
             "sessionledger._freeze",
-            ["src/sessionledger/_freeze.c"],
+            [
+                "src/sessionledger/_freeze.c",
+                "src/sessionledger/_freeze_values.c",
+                "src/sessionledger/_freeze_events.c",
+                "src/sessionledger/_freeze_log.c",
+            ],
+            depends=["src/sessionledger/_freeze.h"],
             optional=True,
         )
     ]

@@ -12,8 +12,8 @@ under the same attack. Under ``nox -s sanitize`` (AddressSanitizer) a read of fr
 stops the run; in an ordinary build the decoys make it a wrong result, or a crash.
 
 The helpers not attacked here read no container of their caller's while Python code can
-run: ``parse_row``, ``parse_envelope``, ``line_starts`` and ``ascending`` read bytes or a
-tuple of ints, ``make_event`` and ``untrack`` only their own arguments.
+run: ``line_starts`` and ``ascending`` read bytes or a tuple of ints, ``make_event`` and
+``untrack`` only their own arguments.
 """
 
 from __future__ import annotations
@@ -31,24 +31,15 @@ import orjson
 import pytest
 
 from sessionledger import FrozenDict
-from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger.model._deltas import pure_freeze_delta
 from sessionledger.model._eventlog import ChunkRun, EventLog
-from sessionledger.model._events import (
-    APPEND,
-    SessionEvent,
-    SessionHeader,
-    make_event,
-    pure_from_json,
-)
+from sessionledger.model._events import APPEND, SessionEvent, make_event, pure_from_json
 from sessionledger.model._vocabulary import RESERVED_TYPES
-from sessionledger.storage._chunks import pack_chunk_runs, pure_pack_run
-from sessionledger.storage._committed import scan_log
-from sessionledger.storage._lines import LineRecords
-from sessionledger.storage._logstore import RawLog, RawRecord
+from sessionledger.storage._chunks import pure_pack_run
+from sessionledger.storage._logstore import RawRecord
 
 snapshot = importlib.import_module("sessionledger.model._snapshot")
-committed = importlib.import_module("sessionledger.storage._committed")
+decode = importlib.import_module("sessionledger.storage._decode")
 eventlog = importlib.import_module("sessionledger.model._eventlog")
 events_module = importlib.import_module("sessionledger.model._events")
 chunks = importlib.import_module("sessionledger.storage._chunks")
@@ -305,9 +296,8 @@ def attacked(attack: Attack, vector: str, call: Callable[[], Any]) -> Any:
 def pure_forms() -> Iterator[None]:
     """Every compiled helper the read and write paths take replaced by its pure form."""
     swaps = [
-        (committed, "_decode_common", None),
-        (committed, "_decode_lines", None),
-        (committed, "_decode_batches", None),
+        (decode, "pack_run", pure_pack_run),
+        (decode, "freeze_mapping", snapshot.pure_freeze_mapping),
         (eventlog, "_extend_slots", None),
         (eventlog, "_loose_needing", None),
         (eventlog, "_loose_outside", None),
@@ -447,79 +437,6 @@ def events_of(items: list[Any]) -> list[Any]:
     return found
 
 
-def note(seq: int, **more: Any) -> dict[str, Any]:
-    return {"type": "x/note", "seq": seq, "time": 1000 + seq, "data": {"n": [seq, "é"]}, **more}
-
-
-def stored_log() -> list[bytes]:
-    """A small log's records as the writer stores them (a row of three deltas among
-    notes), and two envelopes not in the writer's form (a space: ``loads`` parses them)."""
-    chunk = [{"type": "assistant/chunk", "seq": seq, "time": 1000 + seq,
-              "data": {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0,
-                                                        "text": f"part {seq}"}}}
-             for seq in (1, 2, 3)]  # fmt: skip
-    texts = [jsoncodec.dumps(record) for record in pack_chunk_runs([note(0), *chunk], 5, None)]
-    texts.append(b"{ " + jsoncodec.dumps(note(4, ignorable=True))[1:])
-    texts.append(jsoncodec.dumps(note(5, sourceEventSeqs=[0, 4])))
-    texts.append(b"{ " + jsoncodec.dumps(note(6, surfaceOp="append"))[1:])
-    return texts
-
-
-def hostile_loads(text: Any) -> Any:
-    """orjson.loads that strikes, and hands back an envelope whose "ignorable" key is a
-    ``Sly``, watched by the attack under way."""
-    strike()
-    value = orjson.loads(text)
-    if "ignorable" in value:
-        value[Sly("ignorable")] = value.pop("ignorable")
-    return ATTACKS[-1].watch(value) if ATTACKS else value
-
-
-LOG_HEADER = SessionHeader(id="s", created_at=0).to_json()
-
-
-def as_lines(texts: list[bytes]) -> LineRecords:
-    data = b"".join(text + b"\n" for text in texts)
-    lines, position = LineRecords(data), 0
-    for number in range(len(texts)):
-        position = lines.take_lines(position, data.index(b"\n", position) + 1, number + 2)
-    return lines
-
-
-def records_args() -> tuple[Any, ...]:
-    records = [RawRecord.of_text(text, 0, "line x") for text in stored_log()]
-    return records, 0, len(records), 0, [], hostile_loads
-
-
-def lines_args() -> tuple[Any, ...]:
-    lines = as_lines(stored_log())
-    return lines.data, lines.line_starts, 0, len(lines), 0, [], hostile_loads
-
-
-def batches_args() -> tuple[Any, ...]:
-    lines = as_lines(stored_log())
-    bounds = array("q", [0, len(lines), 0, 7])
-    return lines.data, lines.line_starts, bounds, 0, [], hostile_loads
-
-
-def decoded(stopped: Any, args: tuple[Any, ...]) -> Any:
-    """Where a compiled decode stopped, and the events it took (into ``taken``)."""
-    return stopped, events_of(args[-2])
-
-
-def pure_decode(stopped: Callable[[tuple[Any, ...]], Any]) -> Callable[..., Any]:
-    """The rules' decode of the same records: what the compiled loop must take, and
-    where it must stop (*stopped* of the arguments)."""
-
-    def decode(*args: Any) -> Any:
-        records = list(as_lines(stored_log()))
-        with pure_forms():
-            scanned = scan_log("s", RawLog(LOG_HEADER, records, "r"), contiguous_from=0)
-        return stopped(args), [shape(event) for event in scanned.events]
-
-    return decode
-
-
 def segments() -> tuple[Any, ...]:
     first = make_event(fresh("x/note"), 0, big(1000), FrozenDict(a=fresh("b c")), None, None,
                        False)  # fmt: skip
@@ -571,12 +488,6 @@ CASES = [] if COMPILED is None else [
          COMPILED.pack_run, pure_pack_run, GC_ONLY),
     *envelope_cases(),
     *delta_cases(),
-    Case("decode_records", records_args, COMPILED.decode_records,
-         pure_decode(lambda args: (len(args[0]), 7)), EVERY, decoded),
-    Case("decode_lines", lines_args, COMPILED.decode_lines,
-         pure_decode(lambda args: (args[3], 7)), EVERY, decoded),
-    Case("decode_batches", batches_args, COMPILED.decode_batches,
-         pure_decode(lambda args: (1, 7)), EVERY, decoded),
     Case("extend_slots", segments, COMPILED.extend_slots, pure_extend, GC_ONLY, extended),
     Case("loose_needing", walked_log, COMPILED.loose_needing, pure_walk("loose_needing"),
          EVERY),

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from sessionledger._accelerator import ACCELERATOR, choose
 from sessionledger.model._snapshot import (
-    ACCELERATOR,
     MAX_SAFE_INTEGER,
     FrozenDict,
     mark_shallow,
@@ -134,6 +134,6 @@ def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
 if ACCELERATOR is not None:
     ACCELERATOR.setup_deltas(_KINDS, _TOOL_KIND)
 #: ``pure_freeze_delta``, compiled where the accelerator runs (the append hot path).
-freeze_delta: Final[Callable[[Any], tuple[FrozenDict, DeltaFields] | None]] = (
-    ACCELERATOR.freeze_delta if ACCELERATOR is not None else pure_freeze_delta
+freeze_delta: Final[Callable[[Any], tuple[FrozenDict, DeltaFields] | None]] = choose(
+    "freeze_delta", pure_freeze_delta
 )

@@ -16,9 +16,10 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final, final, overload
 
+from sessionledger._accelerator import ACCELERATOR, choose
 from sessionledger.model._deltas import CHUNK_TYPE, DeltaFields, delta_fields
 from sessionledger.model._events import SessionEvent, make_event
-from sessionledger.model._snapshot import ACCELERATOR, FrozenDict, mark_shallow, untrack_acyclic
+from sessionledger.model._snapshot import FrozenDict, mark_shallow, untrack_acyclic
 
 
 @final
@@ -92,6 +93,32 @@ class ChunkRun:
         run.texts = None
         run._joined, run._ends = joined, ends
         untrack_acyclic(ends)
+        return run
+
+    @classmethod
+    def stored(
+        cls,
+        fields: DeltaFields,
+        seq0: int,
+        time0: int,
+        gaps: list[int],
+        packed: tuple[str, array[int]],
+    ) -> ChunkRun:
+        """A closed run made straight from a stored row: its first time and *gaps*, and
+        its texts *packed* (``pack_texts``). The read path's common case: a few
+        assignments, the member times added up only when first asked for."""
+        run = cls.__new__(cls)
+        run.kind, run.turn, run.step, run.index, run.call_id, run.name, _ = fields
+        run._width = 3 if run.call_id is None else 4 if run.name is None else 5
+        run.seq0 = seq0
+        run._joined, ends = packed
+        run._ends = ends
+        run.end = seq0 + len(ends)
+        run._times = None
+        run._time0 = time0
+        run._gaps = gaps
+        run.texts = None
+        untrack_acyclic(run, gaps, ends)  # acyclic, as __init__ says
         return run
 
     @property
@@ -472,12 +499,12 @@ class EventLog(Sequence[SessionEvent]):
 # above hold their pure forms; setup_runs makes it build runs as ChunkRun.packed does).
 if ACCELERATOR is not None:
     ACCELERATOR.setup_runs(ChunkRun)
-_extend_slots: Final[Callable[[list[Slot], list[Slot], int], int] | None] = (
-    ACCELERATOR.extend_slots if ACCELERATOR is not None else None
+_extend_slots: Final[Callable[[list[Slot], list[Slot], int], int] | None] = choose(
+    "extend_slots", None
 )
-_loose_needing: Final[Callable[..., list[tuple[int, SessionEvent]]] | None] = (
-    ACCELERATOR.loose_needing if ACCELERATOR is not None else None
+_loose_needing: Final[Callable[..., list[tuple[int, SessionEvent]]] | None] = choose(
+    "loose_needing", None
 )
-_loose_outside: Final[Callable[..., tuple[int, SessionEvent] | None] | None] = (
-    ACCELERATOR.loose_outside if ACCELERATOR is not None else None
+_loose_outside: Final[Callable[..., tuple[int, SessionEvent] | None] | None] = choose(
+    "loose_outside", None
 )

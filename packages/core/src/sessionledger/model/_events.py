@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal, TypeAlias, final
 
+from sessionledger._accelerator import ACCELERATOR, choose
 from sessionledger._errors import EventEnvelopeError, HeaderError, JsonValueError, SurfaceError
+from sessionledger.model._records import ENVELOPE_KEYS, REQUIRED_ENVELOPE_KEYS
 from sessionledger.model._snapshot import (
-    ACCELERATOR,
     MAX_SAFE_INTEGER,
     FrozenDict,
     brief,
@@ -24,10 +25,9 @@ SESSION_FORMAT_VERSION: Final = 1
 #: The surface operation that adds an event's seq at the tail of the surface.
 APPEND: Final = "append"
 
-_ENVELOPE_KEYS = frozenset(
-    ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
-)
-_REQUIRED_KEYS = ("type", "seq", "time", "data")
+# The envelope's keys, from their one declaration (sessionledger.model._records).
+_ENVELOPE_KEYS: Final = ENVELOPE_KEYS
+_REQUIRED_KEYS: Final = REQUIRED_ENVELOPE_KEYS
 _INT_ONLY: Final = frozenset((int,))
 
 
@@ -315,9 +315,9 @@ def _from_json_compiled() -> Callable[[object], SessionEvent | None] | None:
 
 
 _compiled_from_json: Final = _from_json_compiled()
-if ACCELERATOR is not None:
-    # The same event, built in C (the append hot path, and every delta a run rebuilds).
-    make_event = ACCELERATOR.make_event
+# The same event, built in C where the accelerator runs (the append hot path, and every
+# delta a run rebuilds).
+make_event = choose("make_event", make_event)
 
 
 def _is_absolute(path: str) -> bool:

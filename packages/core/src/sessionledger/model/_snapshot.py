@@ -8,11 +8,10 @@ rules are in docs/events.md, "JSON values".
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import ModuleType
 from typing import Any, Final, NoReturn, TypeAlias, Union
 
+from sessionledger._accelerator import BUILT, choose
 from sessionledger._errors import JsonValueError
 
 #: Largest integer every JSON reader (including JavaScript) keeps exact: 2**53 - 1.
@@ -277,45 +276,32 @@ def pure_freeze_sequence(source: Any) -> tuple[Any, ...] | None:
         return None
 
 
-def _compiled() -> ModuleType | None:
-    """The compiled accelerator (``sessionledger._freeze``), or None when it was not built
-    or ``SESSIONLEDGER_PURE_PYTHON`` is set (README, "the compiled accelerator")."""
-    try:
-        from sessionledger import _freeze
-    except ImportError:
-        return None
-    _freeze.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH)  # usable, even when not chosen
-    if os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    return _freeze
-
-
 def _leave_tracked(*objects: object) -> None:
     """The pure-Python form of ``untrack_acyclic``: Python cannot untrack an object."""
 
 
-#: The compiled accelerator when it runs, else None: modules with a compiled form of
-#: their own fast path (``chunks``) take it from here, so one choice holds for all.
-ACCELERATOR: Final = _compiled()
-#: Whether snapshot's fast path runs compiled. Both forms accept the same values and
-#: build the same frozen copies; the compiled one also leaves a frozen value untracked
-#: by the cyclic collector (it holds nothing the collector tracks).
-ACCELERATED: Final = ACCELERATOR is not None
-_freeze_mapping: Callable[[Any], FrozenDict | None]
-_freeze_sequence: Callable[[Any], tuple[Any, ...] | None]
+# The compiled helpers are set up whether or not they run: the tests compare them with
+# the pure forms in-process. Both forms accept the same values and build the same frozen
+# copies; the compiled one also leaves a frozen value untracked by the cyclic collector
+# (it holds nothing the collector tracks).
+if BUILT is not None:
+    BUILT.setup(FrozenDict, MAX_SAFE_INTEGER, _FAST_DEPTH, mark_shallow)
+#: Return the frozen copy of a dict when the fast path accepts it, else None (see
+#: ``pure_freeze_mapping``): compiled where the accelerator runs.
+freeze_mapping: Final[Callable[[Any], FrozenDict | None]] = choose(
+    "freeze_mapping", pure_freeze_mapping
+)
+_freeze_mapping = freeze_mapping
+_freeze_sequence: Final[Callable[[Any], tuple[Any, ...] | None]] = choose(
+    "freeze_sequence", pure_freeze_sequence
+)
 #: Stop the cyclic collector watching *objects* that can never be part of a reference
 #: cycle because all they refer to is scalars, frozen values, arrays and lists of
 #: scalars (the log's events and packed runs; the caller vouches for it). A large log
 #: then costs every full collection nothing (docs/reading.md, "Memory"). Compiled only:
 #: on the pure-Python path the objects stay tracked, which is merely slower.
 untrack_acyclic: Callable[..., None]
-if ACCELERATOR is not None:
-    _freeze_mapping = ACCELERATOR.freeze_mapping
-    _freeze_sequence = ACCELERATOR.freeze_sequence
-    untrack_acyclic = ACCELERATOR.untrack
-else:
-    _freeze_mapping, _freeze_sequence = pure_freeze_mapping, pure_freeze_sequence
-    untrack_acyclic = _leave_tracked
+untrack_acyclic = choose("untrack", _leave_tracked)
 
 _CONTAINERS: Final = (dict, list, tuple, FrozenDict)
 

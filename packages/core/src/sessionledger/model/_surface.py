@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
+from sessionledger._accelerator import choose
 from sessionledger._errors import SeedError, SurfaceError
 from sessionledger.model._events import APPEND, Replace, SessionEvent
-from sessionledger.model._snapshot import ACCELERATOR
 from sessionledger.model._vocabulary import ASSISTANT_MESSAGE, SURFACE_TYPES, TOOL_RESULT
 
 
@@ -284,6 +284,4 @@ def _never_known(seqs: tuple[int, ...]) -> bool:
 
 
 #: Whether provenance rises strictly: compiled where the accelerator runs.
-_ascending: Final[Callable[[tuple[int, ...]], bool]] = (
-    ACCELERATOR.ascending if ACCELERATOR is not None else _never_known
-)
+_ascending: Final[Callable[[tuple[int, ...]], bool]] = choose("ascending", _never_known)

@@ -29,20 +29,21 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import orjson
 
+from sessionledger._accelerator import ACCELERATOR
 from sessionledger._errors import ConfigError, StorageRowError
 from sessionledger.model._eventlog import ChunkRun, pack_texts
 from sessionledger.model._events import SessionEvent, make_event
+from sessionledger.model._records import ROW_DATA_KEYS, ROW_KEYS, ReasoningRow, TextRow, ToolRow
 from sessionledger.model._snapshot import (
-    ACCELERATOR,
     MAX_SAFE_INTEGER,
     FrozenDict,
     brief,
     mark_all_shallow,
 )
 
-TEXT_ROW: Final = "text-chunks"
-REASONING_ROW: Final = "reasoning-chunks"
-TOOL_ROW: Final = "tool-call-chunks"
+TEXT_ROW: Final[str] = TextRow.__struct_config__.tag  # type: ignore[assignment]
+REASONING_ROW: Final[str] = ReasoningRow.__struct_config__.tag  # type: ignore[assignment]
+TOOL_ROW: Final[str] = ToolRow.__struct_config__.tag  # type: ignore[assignment]
 
 #: The tags of packed rows; an event type equal to one of them cannot be stored.
 ROW_TYPES: Final = frozenset((TEXT_ROW, REASONING_ROW, TOOL_ROW))
@@ -55,16 +56,17 @@ _M: Final = MAX_SAFE_INTEGER
 
 # Row tag -> (chunk type of its members, data key of its payload list).
 _ROW_KINDS: Final = {
-    TEXT_ROW: ("text-delta", "texts"),
-    REASONING_ROW: ("reasoning-delta", "texts"),
-    TOOL_ROW: ("tool-call-delta", "args"),
+    TEXT_ROW: (TextRow.MEMBER, "texts"),
+    REASONING_ROW: (ReasoningRow.MEMBER, "texts"),
+    TOOL_ROW: (ToolRow.MEMBER, "args"),
 }
 _TEXT_ROW_OF: Final = {"text-delta": TEXT_ROW, "reasoning-delta": REASONING_ROW}
 _TEXT_DELTAS: Final = ("text-delta", "reasoning-delta")  # a tuple: tested by ==, never hashed
-_ROW_KEYS: Final = frozenset(("type", "seq0", "time0", "data"))
-_TEXT_DATA_KEYS: Final = frozenset(("turn", "step", "index", "dt", "texts"))
-_TOOL_DATA_KEYS: Final = frozenset(("turn", "step", "index", "dt", "id", "args"))
-_NAMED_TOOL_DATA_KEYS: Final = _TOOL_DATA_KEYS | {"name"}
+# The keys of a row and of its data, from their one declaration (sessionledger.model._records).
+_ROW_KEYS: Final = ROW_KEYS
+_TEXT_DATA_KEYS: Final = ROW_DATA_KEYS["text"]
+_NAMED_TOOL_DATA_KEYS: Final = ROW_DATA_KEYS["tool"]
+_TOOL_DATA_KEYS: Final = _NAMED_TOOL_DATA_KEYS - {"name"}
 
 # What makes members of one run: (tag, turn, step, index) or, for tool calls,
 # (tag, turn, step, index, id, name-or-None). ``name`` is a str when present, so None
@@ -197,22 +199,6 @@ def unpack_to_log(record: Any) -> list[SessionEvent] | ChunkRun:
         return run
     # Some member is malformed: the member-by-member check raises, naming it.
     return _expand_row(record, tag, kind[0], kind[1], as_events=True)
-
-
-def run_from_text(text: bytes | memoryview) -> ChunkRun | None:
-    """Decode a stored row straight from its JSON *text* into one ``ChunkRun``, when the
-    accelerator runs and the text is in the writer's exact form; else None, and the
-    caller parses the text and takes ``unpack_to_log``, which decides the same. One pass
-    in C, with no string per member: most of a cold load's records are such rows."""
-    parsed = ACCELERATOR.parse_row(text) if ACCELERATOR is not None else None
-    return None if parsed is None else run_of_parsed_row(parsed)
-
-
-def run_of_parsed_row(parsed: tuple[Any, ...]) -> ChunkRun:
-    """The ``ChunkRun`` of a row the compiled ``parse_row`` decoded (its tuple)."""
-    tag, seq0, turn, step, index, call_id, name, joined, ends, times = parsed
-    fields = (_ROW_KINDS[tag][0], turn, step, index, call_id, name, "")
-    return ChunkRun.packed(fields, seq0, times, joined, ends)
 
 
 def _row_kind(record: Any) -> tuple[str, str] | None:

@@ -10,11 +10,8 @@ they live here once.
 from __future__ import annotations
 
 import dataclasses
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
-
-import orjson
 
 from sessionledger._errors import (
     CorruptLogError,
@@ -26,8 +23,8 @@ from sessionledger.model._deltas import CHUNK_TYPE
 from sessionledger.model._eventlog import ChunkRun, EventLog
 from sessionledger.model._events import SESSION_FORMAT_VERSION, SessionEvent, SessionHeader
 from sessionledger.model._registry import EventTypeRegistry, unknown_type_in_log
-from sessionledger.model._snapshot import ACCELERATOR
-from sessionledger.storage._chunks import run_from_text, unpack_events, unpack_to_log
+from sessionledger.storage._chunks import unpack_events, unpack_to_log
+from sessionledger.storage._decode import decode_batches, decode_lines, decode_records
 from sessionledger.storage._lines import LineRecords
 from sessionledger.storage._logstore import UNPARSABLE, RawBatch, RawLog, RawRecord
 
@@ -268,30 +265,19 @@ class _Decoder:
 
     def common_batches(self, batches: Sequence[RawBatch]) -> int:
         """Take the intact batches at the head of *batches* that decode in the common way
-        (``_decode_batches``: lines of a ``LineRecords`` into a log from seq 0), in one
-        compiled call; return how many it took. ``batch`` takes the rest, one by one."""
+        (``decode_batches``: lines of a ``LineRecords`` into a log from seq 0), in one
+        call; return how many it took. ``batch`` takes the rest, one by one."""
         records, log = self.raw.records, self.events
-        if (
-            _decode_batches is None
-            or type(records) is not LineRecords
-            or type(log) is not EventLog
-            or self.expected is None
-        ):
+        if type(records) is not LineRecords or type(log) is not EventLog or self.expected is None:
             return 0
-        bounds = array("q")
+        bounds = []
         for batch in batches:
-            first, end = batch.first_seq, batch.end_seq
-            # -1 stands for a seq not stated; a negative one stated, or one past what 64
-            # bits hold, is the rules' to name.
-            if batch.problem is not None or not (
-                0 <= (first or 0) <= _INT64_MAX and 0 <= (end or 0) <= _INT64_MAX
-            ):
+            if batch.problem is not None:
                 break
-            bounds.extend((batch.start, batch.end, -1 if first is None else first,
-                           -1 if end is None else end))  # fmt: skip
+            bounds.append((batch.start, batch.end, batch.first_seq, batch.end_seq))
         taken: list[SessionEvent | ChunkRun] = []
-        count, self.expected = _decode_batches(
-            records.data, records.line_starts, bounds, self.expected, taken, orjson.loads
+        count, self.expected = decode_batches(
+            records.data, records.line_starts, bounds, self.expected, taken
         )
         log.extend_segments(taken)
         return int(count)
@@ -341,17 +327,15 @@ class _Decoder:
         source: tuple[Any, ...] = ()
         log = events if type(events) is EventLog else None
         if log is not None and type(records) is LineRecords:
-            common, source = _decode_lines, (records.data, records.line_starts)
+            common, source = decode_lines, (records.data, records.line_starts)
         elif log is not None and type(records) is list:
-            common, source = _decode_common, (records,)
+            common, source = decode_records, (records,)
         while index < total:
             if common is not None and log is not None and self.expected is not None:
-                # The common records in one compiled call, added to the log in one more;
-                # the record it stops at (or the first, which sets the seqs to expect)
-                # takes the rules below.
-                index, self.expected = common(
-                    *source, index, total, self.expected, taken, orjson.loads
-                )
+                # The common records in one call, added to the log in one more; the
+                # record it stops at (or the first, which sets the seqs to expect) takes
+                # the rules below.
+                index, self.expected = common(*source, index, total, self.expected, taken)
                 log.extend_segments(taken)
                 taken.clear()
                 if index == total:
@@ -405,21 +389,8 @@ def _where(record: RawRecord, batch: RawBatch | None) -> str:
     return record.label if batch is None else f"{record.label} ({batch.label})"
 
 
-#: The largest seq a compiled decode is handed (an 8-byte int): a commit record may state
-#: any integer, and one past this is left to the rules, which say the log is damaged.
-_INT64_MAX: Final = 2**63 - 1
-
 #: What a released record becomes: its value is gone, its place is kept.
 _RELEASED: Final = RawRecord(UNPARSABLE, None, "released")
-
-#: The decode loop's common case in one compiled call, where the accelerator runs: from a
-#: given record on, it takes the rows and envelopes in the writer's form whose seqs
-#: continue, exactly as ``_decode`` and the loop would take them, and stops at the first
-#: other record, for the rules to take (the tests compare both on generated logs). One
-#: takes a list of records, the other the lines of ``LineRecords`` from their bytes.
-_decode_common = ACCELERATOR.decode_records if ACCELERATOR is not None else None
-_decode_lines = ACCELERATOR.decode_lines if ACCELERATOR is not None else None
-_decode_batches = ACCELERATOR.decode_batches if ACCELERATOR is not None else None
 
 
 def _seq_span(records: Sequence[RawRecord]) -> tuple[int, int] | None:
@@ -471,8 +442,6 @@ def _decode(record: RawRecord, *, packed: bool) -> list[SessionEvent] | ChunkRun
 def _decode(record: RawRecord, *, packed: bool = False) -> list[SessionEvent] | ChunkRun | str:
     """Decode one record into events (a row into one ``ChunkRun`` when *packed*), or
     return why it is not a valid record."""
-    if packed and (text := record.text) is not None and (run := run_from_text(text)) is not None:
-        return run  # a row in the writer's form, decoded from its text in one pass
     value = record.value
     if value is UNPARSABLE:
         return "not valid JSON"

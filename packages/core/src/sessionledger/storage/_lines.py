@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, final, overload
 
-from sessionledger.model._snapshot import ACCELERATOR
+from sessionledger._accelerator import choose
 from sessionledger.storage._logstore import RawRecord
 
 #: Where a record added whole (``LineRecords.add``) is, among the line starts.
@@ -146,6 +146,6 @@ def pure_line_starts(data: bytes, start: int, stop: int, begins: bytes) -> tuple
 
 
 #: The line scan of ``take_lines``: compiled where the accelerator runs.
-_line_starts: Final[Callable[[bytes, int, int, bytes], tuple[bytes, int]]] = (
-    ACCELERATOR.line_starts if ACCELERATOR is not None else pure_line_starts
+_line_starts: Final[Callable[[bytes, int, int, bytes], tuple[bytes, int]]] = choose(
+    "line_starts", pure_line_starts
 )
