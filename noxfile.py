@@ -1,5 +1,5 @@
-"""Project automation: `nox -s tests` (the suite but its slow reliability variants),
-`reliability` (those), `tests_pure` (the core on its pure-Python path), `lint`, `typecheck`,
+"""Project automation: `nox -s tests` (the suite but the tests marked slow),
+`slow` (those), `tests_pure` (the core on its pure-Python path), `lint`, `typecheck`,
 `sanitize`, `frameworks`, `bench`, `demo`.
 
 Every session installs the packages from this repository into a fresh virtual
@@ -58,7 +58,7 @@ WORKERS = ["-n", "auto", "--dist", "loadfile"]
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (every package, the contract kit on every backend) but the
-    reliability variants marked ``slow``, which ``reliability`` runs (CI runs both)."""
+    tests marked ``slow``, which ``slow`` runs (CI runs both)."""
     session.install(*PACKAGES, *TEST_TOOLS)
     session.run(
         "pytest", *WORKERS, "-m", "not slow", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"}
@@ -66,9 +66,10 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
-def reliability(session: nox.Session) -> None:
-    """Run the slow reliability variants: the larger crash, cancellation, corruption and
-    hostile-input matrices (``@pytest.mark.slow``)."""
+def slow(session: nox.Session) -> None:
+    """Run the tests marked ``slow``, which ``tests`` leaves out: the larger crash,
+    cancellation, corruption and hostile-input matrices, the harness self-checks, installs
+    from a checkout and the benchmark smoke runs."""
     session.install(*PACKAGES, *TEST_TOOLS)
     session.run(
         "pytest", *WORKERS, "-m", "slow", *session.posargs, env={"HYPOTHESIS_PROFILE": "ci"}
@@ -81,9 +82,8 @@ def tests_pure(session: nox.Session) -> None:
     what a ledger accepts must not depend on whether the compiled helpers were built
     (docs/internals.md). The tests that compare both forms in-process run in ``tests``."""
     session.install(*PACKAGES, *TEST_TOOLS)
-    workers = ["-n", "auto", "--dist", "loadfile"]
     session.run(
-        "pytest", *workers, "packages/core/tests", *session.posargs,
+        "pytest", *WORKERS, "packages/core/tests", *session.posargs,
         env={"HYPOTHESIS_PROFILE": "ci", "SESSIONLEDGER_PURE_PYTHON": "1"},
     )  # fmt: skip
 

@@ -54,6 +54,7 @@ def test_chat_workload_alternates_roles() -> None:
     assert all(400 <= len(text) <= 500 for text in chat_texts(4))
 
 
+@pytest.mark.slow
 def test_core_groups_run_and_render(tmp_path: Path) -> None:
     results = run.run_groups(["hotpath", "durable", "load"], TINY, log=lambda line: None)
     assert results["failures"] == {}
@@ -118,6 +119,7 @@ def test_listing_group_runs() -> None:
     assert "## Figure 11 detail" in run.render(results)
 
 
+@pytest.mark.slow
 def test_the_collector_figure_pairs_its_two_sizes() -> None:
     # 8-append-gc divides two sizes' costs: each repetition at the largest size is timed
     # beside appends of the smallest, and the figure is the median of those pairs.

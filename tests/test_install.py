@@ -72,6 +72,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
     assert suite in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 
 
+@pytest.mark.slow
 def test_install_from_a_checkout_gives_a_working_command(tmp_path: Path) -> None:
     lines = bash_block("### Install from a checkout")
     venv = tmp_path / "venv"
@@ -103,6 +104,7 @@ def _externally_managed_python() -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_main_job_works_where_pip_refuses_system_wide_installs(tmp_path: Path) -> None:
     python = _externally_managed_python()
     if python is None:

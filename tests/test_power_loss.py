@@ -686,6 +686,7 @@ def _caught_without(skipped: set[str], workspace: Path) -> int:
     return found
 
 
+@pytest.mark.slow
 def test_the_harness_fails_without_each_load_bearing_fsync(tmp_path: Path) -> None:
     sites = fsync_sites()
     assert "_writing.py:_append:system.fsync(fd)" in sites  # it sees the store's fsyncs
