@@ -6,7 +6,7 @@ summary), how a stored log is read and validated whole, and how it goes live —
 for its writer, its torn tail moved aside and its interrupted turn closed, durably
 (docs/reading.md, "resume and crash repair") — plus ``salvage``, the one way past
 corruption (docs/durability.md, "torn tails and corruption"). Listing, search and
-retention sit below, in ``sessionledger.catalog``.
+retention are a ``sessionledger.catalog.SessionCatalog`` this half holds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import builtins
 import contextlib
 import dataclasses
 import logging
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
 from sessionledger._failpoints import failpoint
@@ -47,7 +47,7 @@ __all__ = ["ColdLoad"]
 logger = logging.getLogger("sessionledger")
 
 
-class ColdLoad(SessionCatalog):
+class ColdLoad(ABC):
     """What the policy knows of each session over *store*, and how a stored one goes live.
 
     Operations on one session id are serialized within the process (``_lock``). Each
@@ -66,6 +66,14 @@ class ColdLoad(SessionCatalog):
         self._summaries: dict[str, SessionSummary] = {}  # of the logs this instance writes
         # Who writes each session: this instance's store claims, and their owners.
         self._owners = Owners(store, self, self._created)
+        # Listing, search, prune and reindex: across sessions, under the same locks.
+        self._catalog = SessionCatalog(
+            store,
+            lock=self._lock,
+            in_use=self._in_use,
+            forget=self._forget,
+            summary_rebuilt=self._summary_rebuilt,
+        )
 
     @property
     def log_store(self) -> LogStore:
@@ -189,7 +197,7 @@ class ColdLoad(SessionCatalog):
             closers = len(stored.events) - kept
             # A salvage cuts inside the committed region, where summaries and indexes
             # were written: rebuild them from what the log now holds.
-            await self._reindex_locked(session_id)
+            await self._catalog.reindex_locked(session_id)
         return SalvageReport(
             session_id=session_id,
             kept_events=kept,
