@@ -16,8 +16,10 @@ import builtins
 import contextlib
 import dataclasses
 import logging
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import ParamSpec, TypeVar
 
 from sessionledger._failpoints import failpoint
 from sessionledger._plugins import default_event_types
@@ -46,6 +48,25 @@ __all__ = ["ColdLoad"]
 
 logger = logging.getLogger("sessionledger")
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _weakly(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """*method*, without a strong reference to its object. The catalog the policy holds
+    calls back through these: a reference cycle would keep a dropped policy (and its
+    store's claims and connections) alive until the next garbage collection, instead of
+    letting go at once (docs/durability.md, "one writer per session")."""
+    reference = weakref.WeakMethod(method)
+
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        bound = reference()
+        if bound is None:
+            raise ReferenceError("the policy this catalog served was collected")
+        return bound(*args, **kwargs)
+
+    return call
+
 
 class ColdLoad(ABC):
     """What the policy knows of each session over *store*, and how a stored one goes live.
@@ -69,10 +90,10 @@ class ColdLoad(ABC):
         # Listing, search, prune and reindex: across sessions, under the same locks.
         self._catalog = SessionCatalog(
             store,
-            lock=self._lock,
-            in_use=self._in_use,
-            forget=self._forget,
-            summary_rebuilt=self._summary_rebuilt,
+            lock=_weakly(self._lock),
+            in_use=_weakly(self._in_use),
+            forget=_weakly(self._forget),
+            summary_rebuilt=_weakly(self._summary_rebuilt),
         )
 
     @property
