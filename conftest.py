@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-import sessionledger.opening
+import sessionledger.runtime._opening
 from sessionledger_invariants import InvariantsPlugin
 from sessionledger_postgres.testing import PG_URL_ENV, ServerUnavailable, ThrowawayServer
 
@@ -45,7 +45,7 @@ def invariants_on(
         yield
         return
     monkeypatch.setenv("SESSIONLEDGER_INVARIANTS", "1")
-    original = sessionledger.opening.make_plugin_manager
+    original = sessionledger.runtime._opening.make_plugin_manager
 
     def with_invariants(plugins: Iterable[object] = (), **options: Any) -> Any:
         chosen = list(plugins)
@@ -53,7 +53,7 @@ def invariants_on(
             chosen.append(InvariantsPlugin())
         return original(chosen, **options)
 
-    monkeypatch.setattr(sessionledger.opening, "make_plugin_manager", with_invariants)
+    monkeypatch.setattr(sessionledger.runtime._opening, "make_plugin_manager", with_invariants)
     yield
 
 

@@ -87,8 +87,8 @@ def workload(count: int) -> list[tuple[str, dict[str, Any], str | None]]:
 def batches_of_rows(session_id: str, count: int) -> list[list[dict[str, Any]]]:
     """Return the storage records the store writes for each 200-event batch."""
     from sessionledger import Session
-    from sessionledger.chunks import pack_chunk_runs
-    from sessionledger.snapshot import thaw
+    from sessionledger.model._snapshot import thaw
+    from sessionledger.storage._chunks import pack_chunk_runs
 
     session = Session.create(session_id)
     for kind, data, surface_op in workload(count):
@@ -118,7 +118,7 @@ FLOOR_COLUMNS = [
 
 def floor_row(session_id: str, record: dict[str, Any]) -> tuple[Any, ...]:
     """Return the ``events`` row of one storage record, laid out as the store lays it out."""
-    from sessionledger.rows import event_columns
+    from sessionledger.storage._rows import event_columns
 
     return (session_id, *event_columns(record))
 
@@ -156,7 +156,7 @@ async def run_store(url: str, session_id: str, count: int) -> tuple[float, float
     """The backend alone: pre-built events, ``append`` per 200-event batch (no Ledger)."""
     import sessionledger_postgres.plugin
     from sessionledger import Session, SessionHeader
-    from sessionledger.ledger import open_store
+    from sessionledger.runtime._opening import open_store
 
     session = Session.create(session_id)
     for kind, data, surface_op in workload(count):
@@ -270,7 +270,7 @@ def concurrent(mode: str, url: str, writers: int, count: int) -> float:
 async def text_vs_jsonb(dsn: str, schema: str, count: int) -> dict[str, float]:
     import asyncpg
 
-    from sessionledger import jsoncodec
+    from sessionledger.model import _jsoncodec as jsoncodec
 
     batches = batches_of_rows("fmt", count)
     rows = [

@@ -29,9 +29,9 @@ from typing import Any
 
 from bench.harness import Figure, Section, Settings, paired, spread
 from bench.stores import scratch
-from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.listing import make_query
-from sessionledger.vocabulary import assistant_message, user_message
+from sessionledger.model._events import SessionEvent, SessionHeader
+from sessionledger.model._vocabulary import assistant_message, user_message
+from sessionledger.storage._listing import make_query
 from sessionledger_sqlite import SqlitePersistence
 
 __all__ = ["run"]

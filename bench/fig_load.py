@@ -52,7 +52,7 @@ from bench.stores import (
 )
 from bench.workloads import Op, agent_session
 from sessionledger import Ledger
-from sessionledger.memory import MemoryStore
+from sessionledger.storage._memory import MemoryStore
 
 __all__ = ["run"]
 

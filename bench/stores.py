@@ -19,10 +19,10 @@ import orjson
 
 from bench.workloads import Op, replay_clock
 from sessionledger import Ledger, Session
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.memory import MemoryLogStore, MemoryPersistence, MemoryStore
-from sessionledger.persistence import SessionPersistence
-from sessionledger.rows import event_columns
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._memory import MemoryLogStore, MemoryPersistence, MemoryStore
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.storage._rows import event_columns
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_jsonl.store import JsonlLogStore
 from sessionledger_sqlite import SqlitePersistence
@@ -118,7 +118,7 @@ def batches(
 
 def raw_row(session_id: str, record: dict[str, Any]) -> tuple[Any, ...]:
     """Return the ``events`` row of one storage record (a packed row or an envelope), laid
-    out as the SQL backends lay it out (``sessionledger.rows``)."""
+    out as the SQL backends lay it out (``sessionledger.storage._rows``)."""
     return (session_id, *event_columns(record))
 
 

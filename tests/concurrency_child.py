@@ -22,8 +22,8 @@ import sys
 from typing import Any
 
 from sessionledger import SessionHeader
-from sessionledger.errors import LedgerError
-from sessionledger.ledger import open_store
+from sessionledger._errors import LedgerError
+from sessionledger.runtime._opening import open_store
 
 
 def plugins_for(url: str) -> list[object]:

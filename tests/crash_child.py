@@ -29,7 +29,7 @@ from sessionledger import (
     tool_result,
     user_message,
 )
-from sessionledger.ledger import open_store
+from sessionledger.runtime._opening import open_store
 
 PROVIDER = "crash"
 MODEL = "crash-model"

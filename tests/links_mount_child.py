@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from sessionledger import Ledger, LedgerError
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_sqlite import SqlitePersistence

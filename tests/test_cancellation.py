@@ -44,9 +44,9 @@ from sessionledger import (
     SessionNotFoundError,
     user_message,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
-from sessionledger.session import Session
+from sessionledger.model._session import Session
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
@@ -448,7 +448,7 @@ async def cold(env: Env, case: str) -> dict[str, Any]:
 
 
 def normalized(events: list[dict[str, Any]]) -> list[Any]:
-    from sessionledger.events import SessionEvent
+    from sessionledger.model._events import SessionEvent
 
     return [SessionEvent.from_json(item).to_json() for item in events]
 

@@ -37,8 +37,8 @@ from sessionledger import (
     thaw,
     user_message,
 )
-from sessionledger.cli.render import seq_ranges
-from sessionledger.ledger import open_store
+from sessionledger.cli._preview import seq_ranges
+from sessionledger.runtime._opening import open_store
 from sessionledger.testing.builders import (
     closed_turn,
     compact,
@@ -1229,7 +1229,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
 
 
 def test_a_usage_error_points_to_the_help_of_its_command(cli_env: dict[str, str]) -> None:
-    from sessionledger.cli.app import COMMANDS
+    from sessionledger.cli._app import COMMANDS
 
     assert set(COMMAND_ARGS) == set(COMMANDS)
     for name, needed in COMMAND_ARGS.items():

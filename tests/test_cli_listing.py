@@ -25,8 +25,8 @@ import orjson
 import pytest
 
 from sessionledger import Ledger
-from sessionledger.ledger import open_store
-from sessionledger.logstore import LogStore
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._logstore import LogStore
 from sessionledger.testing.builders import closed_turn
 
 BACKENDS = ("sqlite", "jsonl")
@@ -445,7 +445,7 @@ MEMORY_SESSION = """
 import asyncio, itertools, sys
 from sessionledger import Ledger
 from sessionledger.cli.__main__ import main
-from sessionledger.ledger import open_store
+from sessionledger.runtime._ledger import open_store
 from sessionledger.testing.builders import closed_turn
 
 async def fill():

@@ -15,9 +15,9 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from sessionledger import Ledger, user_message
-from sessionledger.cli import app
-from sessionledger.cli.demo import command_prefix, compact_turn
-from sessionledger.cli.demo_agent import (
+from sessionledger.cli import _app as app
+from sessionledger.cli._demo import command_prefix, compact_turn
+from sessionledger.cli._demo_agent import (
     PACKAGE_JSON,
     TURN_1_PROMPT,
     TURN_1_STEP_1,
@@ -28,9 +28,10 @@ from sessionledger.cli.demo_agent import (
     summarise_package,
     turn_1_answer,
 )
-from sessionledger.cli.eventlog import WHOLE_WIDTH, EventLog, plan_layout
-from sessionledger.cli.render import describe_sources, event_preview, seq_ranges
-from sessionledger.cli.stores import default_store_path, default_store_url, store_is_missing
+from sessionledger.cli._eventlog import WHOLE_WIDTH, EventLog, plan_layout
+from sessionledger.cli._preview import event_preview, seq_ranges
+from sessionledger.cli._render import describe_sources
+from sessionledger.cli._stores import default_store_path, default_store_url, store_is_missing
 from sessionledger_invariants import InvariantsPlugin, check_log
 
 
@@ -154,9 +155,10 @@ def test_tool_call_plan_arguments_are_json_text() -> None:
 
 
 def test_first_difference_finds_header_length_and_event_changes() -> None:
-    from sessionledger import Session, SessionEvent, SessionHeader, jsoncodec
-    from sessionledger.logstore import RawLog, RawRecord
-    from sessionledger.publishing import first_difference
+    from sessionledger import Session, SessionEvent, SessionHeader
+    from sessionledger.model import _jsoncodec as jsoncodec
+    from sessionledger.storage._logstore import RawLog, RawRecord
+    from sessionledger.storage._publishing import first_difference
     from sessionledger.testing.builders import closed_turn
 
     def read_back(header: SessionHeader, events: Any) -> RawLog:
@@ -280,7 +282,7 @@ def test_previews_escape_control_characters() -> None:
 
 
 def test_audit_records_pair_by_id_and_a_lone_beginning_is_interrupted() -> None:
-    from sessionledger.cli.retaining import paired
+    from sessionledger.cli._retaining import paired
 
     begin = {"id": "a", "phase": "begin"}
     lone = {"id": "b", "phase": "begin"}
@@ -290,8 +292,8 @@ def test_audit_records_pair_by_id_and_a_lone_beginning_is_interrupted() -> None:
 
 
 def test_durations_are_written_as_prune_reads_them() -> None:
-    from sessionledger.cli.retaining import describe_criteria, duration_text
-    from sessionledger.listing import parse_duration
+    from sessionledger.cli._retaining import describe_criteria, duration_text
+    from sessionledger.storage._listing import parse_duration
 
     for text in ("30d", "2w", "12h", "90m", "45s", "1500ms", "0s"):
         assert duration_text(parse_duration(text, "x")) == text
@@ -303,7 +305,7 @@ def test_durations_are_written_as_prune_reads_them() -> None:
 
 
 def test_search_highlights_whole_words_only() -> None:
-    from sessionledger.cli.searching import highlighted
+    from sessionledger.cli._searching import highlighted
 
     text = highlighted("Apples, pineapples and apple_pie", ("apples", "apple"))
     marked = [text.plain[span.start : span.end] for span in text.spans]
@@ -311,8 +313,8 @@ def test_search_highlights_whole_words_only() -> None:
 
 
 def test_the_next_page_command_names_absolute_times() -> None:
-    from sessionledger.cli.inspecting import listing_query, next_page_command
-    from sessionledger.listing import parse_when
+    from sessionledger.cli._inspecting import listing_query, next_page_command
+    from sessionledger.storage._listing import parse_when
 
     args = app.parse(["--store", "sqlite:a b.db", "ls", "--limit", "2", "--since", "2d"])
     args.plugin_specs, args.store_url = ["p:P"], args.store

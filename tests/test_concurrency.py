@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 import pytest
 
-from sessionledger import jsoncodec
-from sessionledger.ledger import open_store
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.runtime._opening import open_store
 
 HERE = Path(__file__).resolve().parent
 CHILD_PATH = HERE / "concurrency_child.py"

@@ -10,8 +10,8 @@ import aiosqlite
 import orjson
 import pytest
 
-from sessionledger.memory import MemoryPersistence, MemoryStore
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._memory import MemoryPersistence, MemoryStore
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.contract import PersistenceContract
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_jsonl.paths import encode_session_id

@@ -37,11 +37,13 @@ from typing import Any
 
 import pytest
 
-from sessionledger import Ledger, SessionEvent, SessionHeader, jsoncodec, publishing
+from sessionledger import Ledger, SessionEvent, SessionHeader
+from sessionledger._errors import ReadBackMismatchError, SessionNotFoundError
 from sessionledger._failpoints import ACTION_VARIABLE, ENVIRONMENT_VARIABLE
-from sessionledger.errors import ReadBackMismatchError, SessionNotFoundError
-from sessionledger.ledger import open_store
-from sessionledger.persistence import SessionPersistence
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage import _publishing as publishing
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger.testing.contract.base import header_for, make_log, same_events
 from sessionledger_postgres.testing import drop_schema, with_options

@@ -39,10 +39,11 @@ from typing import Any
 
 import pytest
 
-from sessionledger import Ledger, SessionEvent, jsoncodec
-from sessionledger.errors import SessionNotFoundError
-from sessionledger.ledger import open_store
-from sessionledger.repair import interrupted_turn_closers
+from sessionledger import Ledger, SessionEvent
+from sessionledger._errors import SessionNotFoundError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._repair import interrupted_turn_closers
+from sessionledger.runtime._opening import open_store
 from sessionledger_invariants import check_log
 
 HERE = Path(__file__).resolve().parent

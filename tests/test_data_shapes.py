@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, settings
 
 from sessionledger import EventDataError, Ledger, Session, SessionHeader
-from sessionledger.persistence import SessionPersistence
-from sessionledger.shapes import CHUNK_KINDS, TURN_END_KINDS, data_shape_problem
-from sessionledger.snapshot import snapshot
+from sessionledger.model._shapes import CHUNK_KINDS, TURN_END_KINDS, data_shape_problem
+from sessionledger.model._snapshot import snapshot
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn
 from sessionledger.testing.strategies import session_logs
 from sessionledger_jsonl import JsonlPersistence
@@ -199,7 +199,7 @@ async def backend(
 ) -> AsyncIterator[tuple[str | None, type[SessionPersistence] | None, Any]]:
     kind = request.param
     if kind == "memory":
-        from sessionledger.memory import MemoryPersistence
+        from sessionledger.storage._memory import MemoryPersistence
 
         shared: dict[str, Any] = {}
         yield None, None, lambda: MemoryPersistence(store=shared)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sessionledger.ledger import open_store
+from sessionledger.runtime._opening import open_store
 
 CHILD = """
 import asyncio, json, os, resource, sys

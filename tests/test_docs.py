@@ -2,7 +2,7 @@
 repository cites it rather than anything outside the repository.
 
 - no tracked file names a document that lives outside the repository;
-- every error class and code of ``sessionledger.errors`` is in ``docs/errors.md``, every
+- every error class and code of ``sessionledger._errors`` is in ``docs/errors.md``, every
   core event type and chunk kind in ``docs/events.md``;
 - every relative link of ``docs/*.md`` and the root README reaches a file (and a heading);
 - every ```python block of ``docs/*.md`` runs in a fresh process (a block whose first line
@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 import sessionledger
-from sessionledger import LedgerError, repair
-from sessionledger.cli.app import CommandError
-from sessionledger.vocabulary import CORE_EVENT_TYPES
+from sessionledger import LedgerError
+from sessionledger.cli._app import CommandError
+from sessionledger.model import _repair as repair
+from sessionledger.model._vocabulary import CORE_EVENT_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

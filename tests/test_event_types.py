@@ -32,8 +32,8 @@ from sessionledger import (
     hookimpl,
     open_store,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_postgres import PostgresPersistence

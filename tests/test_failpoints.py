@@ -13,13 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from sessionledger import _failpoints
+from sessionledger._errors import ConfigError
 from sessionledger._failpoints import (
     ACTION_VARIABLE,
     ENVIRONMENT_VARIABLE,
     failpoint,
     failpoint_armed,
 )
-from sessionledger.errors import ConfigError
 
 
 @pytest.fixture

@@ -43,10 +43,11 @@ import sessionledger_jsonl._files
 import sessionledger_jsonl._writing
 import sessionledger_jsonl.store
 import sessionledger_sqlite.schema
-from sessionledger import Ledger, Session, SessionEvent, jsoncodec
-from sessionledger.errors import LedgerError, ResourceLimitError, SessionLockedError
-from sessionledger.persistence import SessionPersistence
-from sessionledger.repair import interrupted_turn_closers
+from sessionledger import Ledger, Session, SessionEvent
+from sessionledger._errors import LedgerError, ResourceLimitError, SessionLockedError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._repair import interrupted_turn_closers
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_sqlite import SqlitePersistence
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sessionledger import CorruptLogError, Ledger, assistant_message, tool_result, user_message
-from sessionledger.events import SessionEvent
+from sessionledger.model._events import SessionEvent
 
 ROW_TAGS = {"text-chunks": "text-delta", "reasoning-chunks": "reasoning-delta"}
 TOOL_ROW = "tool-call-chunks"

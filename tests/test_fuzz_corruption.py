@@ -45,17 +45,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionledger import SessionEvent, SessionHeader, jsoncodec
-from sessionledger.errors import (
+from sessionledger import SessionEvent, SessionHeader
+from sessionledger._errors import (
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
     StorageRowError,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence, StoredSession
-from sessionledger.repair import interrupted_turn_closers
-from sessionledger.session import Session
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._repair import interrupted_turn_closers
+from sessionledger.model._session import Session
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.storage._stored import StoredSession
 from sessionledger.testing.builders import closed_turn, compact, open_turn_with_pending_call
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_sqlite import SqlitePersistence

@@ -38,16 +38,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessionledger_sqlite.schema
-from sessionledger import Ledger, SessionHeader, jsoncodec
-from sessionledger.errors import (
+from sessionledger import Ledger, SessionHeader
+from sessionledger._errors import (
     ConfigError,
     CorruptLogError,
     FormatUnsupportedError,
     HeaderError,
     StorageRowError,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_jsonl.paths import MAX_NAME_BYTES
 from sessionledger_sqlite import SqlitePersistence

@@ -20,12 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionledger import HistoryFormatError, Session, SessionHeader
-from sessionledger.formats import (
-    from_anthropic_messages,
-    from_openai_messages,
-    to_anthropic_messages,
-    to_openai_messages,
-)
+from sessionledger.views._formats import to_anthropic_messages, to_openai_messages
+from sessionledger.views._importing import from_anthropic_messages, from_openai_messages
 from sessionledger_invariants import check_log
 
 TEXT = st.text(min_size=1, max_size=12).filter(lambda text: text.strip() == text and text)

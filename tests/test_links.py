@@ -32,8 +32,8 @@ import orjson
 import pytest
 
 from sessionledger import ConfigError, Ledger, LedgerError, SessionLockedError, open_store
-from sessionledger.claims import claim_offset
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._claims import claim_offset
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_sqlite import SqlitePersistence
@@ -206,7 +206,7 @@ OUTSIDE_BYTES = b"a file outside the store\n"
 
 
 def _note(owners: str) -> str:
-    """The holder note of VICTIM in the notes directory *owners* (``sessionledger.claims``)."""
+    """The holder note of VICTIM in the notes directory *owners* (``sessionledger.storage._claims``)."""
     return f"{owners}/{claim_offset(VICTIM):016x}.json"
 
 

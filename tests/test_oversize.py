@@ -44,13 +44,13 @@ from sessionledger import (
     SessionHeader,
     SessionLockedError,
     assistant_message,
-    jsoncodec,
     user_message,
 )
-from sessionledger.limits import event_bytes, event_limit
-from sessionledger.logstore import Batch
-from sessionledger.memory import MemoryLogStore, MemoryPersistence
-from sessionledger.persistence import SessionPersistence
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.storage._limits import event_bytes, event_limit
+from sessionledger.storage._logstore import Batch
+from sessionledger.storage._memory import MemoryLogStore, MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, stream_text
 from sessionledger_jsonl import JsonlPersistence
 from sessionledger_jsonl.store import JsonlLogStore

@@ -38,8 +38,8 @@ from sessionledger import (
     SessionNotFoundError,
     open_store,
 )
-from sessionledger.memory import MemoryPersistence, MemoryStore
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._memory import MemoryPersistence, MemoryStore
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import (
     closed_turn,
     finish_pending_call,

@@ -41,9 +41,10 @@ from typing import Any
 
 import pytest
 
-from sessionledger import SessionEvent, SessionHeader, jsoncodec
-from sessionledger.errors import CorruptLogError, SessionNotFoundError
-from sessionledger.session import Session
+from sessionledger import SessionEvent, SessionHeader
+from sessionledger._errors import CorruptLogError, SessionNotFoundError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._session import Session
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger_invariants import check_log
 from sessionledger_jsonl import JsonlPersistence
@@ -413,7 +414,7 @@ def _events_of(data: bytes) -> list[SessionEvent]:
     from sessionledger_jsonl._format import split_batches
 
     records, batches = split_batches(data, data.index(b"\n") + 1)
-    from sessionledger.chunks import unpack_events
+    from sessionledger.storage._chunks import unpack_events
 
     out: list[SessionEvent] = []
     for batch in batches:

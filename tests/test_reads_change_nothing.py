@@ -36,13 +36,14 @@ from typing import Any
 
 import pytest
 
-from sessionledger import Ledger, SessionNotFoundError, jsoncodec, user_message
+from sessionledger import Ledger, SessionNotFoundError, user_message
 from sessionledger.cli.__main__ import main
-from sessionledger.events import MAX_SAFE_INTEGER
-from sessionledger.ledger import open_store
-from sessionledger.listing import make_query
-from sessionledger.summaries import summarize
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._listing import make_query
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+from sessionledger.views._summaries import summarize
 
 BACKENDS = ("memory", "jsonl", "sqlite", "postgresql")
 #: The latest and earliest event times the ledger accepts.
@@ -161,7 +162,7 @@ def files_state(top: Path) -> dict[str, bytes | None]:
 
 
 def memory_state(storage: dict[str, Any]) -> Any:
-    from sessionledger import memory
+    from sessionledger.storage import _memory as memory
 
     logs = {
         session_id: (
@@ -595,7 +596,7 @@ def test_a_value_too_deep_for_repr_is_refused_and_reported_not_a_crash() -> None
     than ``repr`` goes: appending it is refused with the typed error, and a store holding
     it anyway (written by another writer) is shown, and reported by ``verify``."""
     from sessionledger import Session
-    from sessionledger.errors import EventDataError
+    from sessionledger._errors import EventDataError
 
     call = {"turn": 1, "step": 1, "callId": "c1", "name": "read", "arguments": deep_value()}
     session = Session.create("bad")

@@ -106,7 +106,7 @@ COMPILED = {
 
 
 def test_the_sources_are_found() -> None:
-    assert "sessionledger.persistence" in MODULES
+    assert "sessionledger.storage._persistence" in MODULES
     assert "sessionledger_sqlite.store" in MODULES
 
 

@@ -1,4 +1,4 @@
-"""The optional compiled accelerator of ``sessionledger.snapshot`` (``sessionledger._freeze``).
+"""The optional compiled accelerator of ``sessionledger.model._snapshot`` (``sessionledger._freeze``).
 
 Everything else is in pyproject.toml. The extension is optional: where it cannot be built
 (no C compiler, no Python headers) the install goes on and the pure-Python fast path is

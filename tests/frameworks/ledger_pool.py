@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sessionledger import Ledger
-from sessionledger.hopping import LedgerThread
+from sessionledger.runtime._hopping import LedgerThread
 
 BACKENDS = ("memory", "jsonl", "sqlite")
 POOL = pytest.StashKey["LedgerPool"]()

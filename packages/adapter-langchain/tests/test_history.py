@@ -39,7 +39,7 @@ from lc_scenarios import (
 )
 
 from sessionledger import Ledger, assistant_message, tool_call_block, tool_result, user_message
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
 from sessionledger_invariants import check_log
 from sessionledger_langchain import (
     LedgerChatMessageHistory,

@@ -17,7 +17,7 @@ from agents import Runner, RunState, SQLiteSession
 from openai_agents_fakes import MODEL_NAME, ScriptedModel, agent, approved_deploy, call, say
 
 from sessionledger import Ledger, thaw
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
 from sessionledger_openai_agents import LedgerRunHooks, LedgerSession
 
 CHILD = Path(__file__).with_name("openai_agents_child.py")

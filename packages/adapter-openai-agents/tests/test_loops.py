@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sessionledger import Ledger, LedgerLoopError
-from sessionledger.hopping import LedgerThread
+from sessionledger.runtime._hopping import LedgerThread
 from sessionledger_openai_agents import LedgerSession
 
 THREADS = 5

@@ -20,7 +20,7 @@ from agents import Runner, SQLiteSession
 from openai_agents_fakes import MODEL_NAME, ScriptedModel, add, agent, call, say, think
 
 from sessionledger import Ledger, thaw
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
 from sessionledger_openai_agents import ITEM_KEY, LedgerSession
 
 CHILD = Path(__file__).with_name("openai_agents_child.py")

@@ -16,7 +16,7 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from sessionledger import Ledger, thaw
-from sessionledger.repair import (
+from sessionledger.model._repair import (
     TOOL_OUTCOME_UNKNOWN,
     TOOL_OUTCOME_UNKNOWN_TEXT,
     interrupted_turn_closers,

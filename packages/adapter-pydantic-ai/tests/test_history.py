@@ -27,8 +27,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from sessionledger import Ledger
-from sessionledger.formats import to_openai_messages
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN, TOOL_OUTCOME_UNKNOWN_TEXT
+from sessionledger.views._formats import to_openai_messages
 from sessionledger_pydantic_ai import META_KEY, LedgerHistory
 
 CHILD = Path(__file__).with_name("pa_agent.py")

@@ -14,7 +14,7 @@ import pytest
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from sessionledger import Ledger, LedgerLoopError
-from sessionledger.hopping import LedgerThread
+from sessionledger.runtime._hopping import LedgerThread
 from sessionledger_pydantic_ai import LedgerHistory
 
 THREADS = 5

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from sessionledger.chunks import MIN_RUN, ROW_TYPES, pack_chunk_runs, unpack_record
-from sessionledger.errors import ConfigError, StorageRowError
-from sessionledger.events import Replace, SessionEvent
-from sessionledger.snapshot import MAX_SAFE_INTEGER, FrozenDict, snapshot, thaw
+from sessionledger._errors import ConfigError, StorageRowError
+from sessionledger.model._events import Replace, SessionEvent
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER, FrozenDict, snapshot, thaw
+from sessionledger.storage._chunks import MIN_RUN, ROW_TYPES, pack_chunk_runs, unpack_record
 from sessionledger.testing.strategies import chunk_event_batches, json_values, session_logs
 
 M = MAX_SAFE_INTEGER

@@ -21,7 +21,7 @@ from sessionledger import (
     transcript,
     user_message,
 )
-from sessionledger.derive import canonical_request_header, project_message
+from sessionledger.model._derive import canonical_request_header, project_message
 from sessionledger.testing.strategies import session_logs, surface_logs
 
 # --- builders -------------------------------------------------------------------------------

@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionledger import Session, assistant_message, user_message
-from sessionledger.chunks import pack_chunk_runs, unpack_events, unpack_to_log
-from sessionledger.errors import LedgerError, SeedError, StorageRowError
-from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import Replace, SessionEvent, SessionHeader
+from sessionledger._errors import LedgerError, SeedError, StorageRowError
+from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._events import Replace, SessionEvent, SessionHeader
+from sessionledger.storage._chunks import pack_chunk_runs, unpack_events, unpack_to_log
 from sessionledger.testing.strategies import session_logs
 
-eventlog_module = importlib.import_module("sessionledger.eventlog")
+eventlog_module = importlib.import_module("sessionledger.model._eventlog")
 
 
 def text_delta(text: str, *, turn: int = 1, step: int = 1, index: int = 0) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def tracked_parts(slot: Any) -> list[Any]:
 def test_the_log_leaves_its_events_and_runs_to_reference_counting() -> None:
     # Neither can be part of a cycle, so a large log costs a full collection nothing
     # (compiled only: Python itself cannot untrack an object).
-    if not importlib.import_module("sessionledger.snapshot").ACCELERATED:
+    if not importlib.import_module("sessionledger.model._snapshot").ACCELERATED:
         pytest.skip("the compiled accelerator is not built or not chosen")
     session = Session.create("s")
     session.append("turn/start", {"turn": 1})

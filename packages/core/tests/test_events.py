@@ -24,10 +24,10 @@ from sessionledger import (
     SessionHeader,
     SurfaceError,
 )
-from sessionledger.events import parse_source_event_seqs, parse_surface_op
-from sessionledger.snapshot import MAX_SAFE_INTEGER
+from sessionledger.model._events import parse_source_event_seqs, parse_surface_op
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER
+from sessionledger.model._vocabulary import RESERVED_TYPES
 from sessionledger.testing.strategies import json_values
-from sessionledger.vocabulary import RESERVED_TYPES
 
 BASE = {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}
 

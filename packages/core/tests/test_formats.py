@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from sessionledger.formats import to_anthropic_messages, to_openai_messages
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
-from sessionledger.session import Session
-from sessionledger.snapshot import FrozenDict, snapshot, thaw
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN_TEXT, interrupted_turn_closers
+from sessionledger.model._session import Session
+from sessionledger.model._snapshot import FrozenDict, snapshot, thaw
+from sessionledger.views._formats import to_anthropic_messages, to_openai_messages
 
 PNG = "iVBORw0KGgoAAAANSUhEUg=="
 

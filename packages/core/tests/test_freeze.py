@@ -26,8 +26,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger import FrozenDict, JsonValueError, jsoncodec, snapshot, thaw
-from sessionledger.chunks import (
+from sessionledger import FrozenDict, JsonValueError, snapshot, thaw
+from sessionledger._errors import CorruptLogError, LedgerError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._events import APPEND, SessionEvent, SessionHeader, pure_from_json
+from sessionledger.model._vocabulary import RESERVED_TYPES
+from sessionledger.storage._chunks import (
     ROW_TYPES,
     pack_chunk_runs,
     pure_pack_run,
@@ -35,17 +40,13 @@ from sessionledger.chunks import (
     run_of_parsed_row,
     unpack_to_log,
 )
-from sessionledger.committed import scan_log
-from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import APPEND, SessionEvent, SessionHeader, pure_from_json
-from sessionledger.lines import LineRecords
-from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord, parse_json
+from sessionledger.storage._committed import scan_log
+from sessionledger.storage._lines import LineRecords
+from sessionledger.storage._logstore import UNPARSABLE, RawLog, RawRecord, parse_json
 from sessionledger.testing.strategies import session_logs
-from sessionledger.vocabulary import RESERVED_TYPES
 
-snapshot_module = importlib.import_module("sessionledger.snapshot")
-chunks_module = importlib.import_module("sessionledger.chunks")
+snapshot_module = importlib.import_module("sessionledger.model._snapshot")
+chunks_module = importlib.import_module("sessionledger.storage._chunks")
 ROOT = Path(__file__).resolve().parents[3]
 PURE = os.environ.get("SESSIONLEDGER_PURE_PYTHON", "") not in ("", "0")
 
@@ -388,7 +389,7 @@ def test_the_core_tests_pass_on_the_pure_python_fast_path() -> None:
             sys.executable,
             "-c",
             "import importlib; "
-            "print(importlib.import_module('sessionledger.snapshot').ACCELERATED)",
+            "print(importlib.import_module('sessionledger.model._snapshot').ACCELERATED)",
         ],
         env=env,
         capture_output=True,
@@ -871,7 +872,7 @@ ENVELOPE_EDGES = [None, True, False, 0, 1, -1, SAFE, SAFE + 1, -SAFE, -SAFE - 1,
 
 # -- the decode loop's common case (committed._decode_common, the compiled decode_records) --
 
-committed_module = importlib.import_module("sessionledger.committed")
+committed_module = importlib.import_module("sessionledger.storage._committed")
 LOG_HEADER = SessionHeader(id="s", created_at=0).to_json()
 
 
@@ -1396,7 +1397,7 @@ def test_an_envelope_whose_data_is_no_object_decodes_as_the_rules_decode_it(data
 
 def delta_freezer() -> Any:
     """The compiled freeze_delta, set up as deltas.py sets it up (only when chosen)."""
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     freeze = compiled()
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
@@ -1485,14 +1486,14 @@ def delta_data(draw: st.DrawFn) -> Any:
 
 @given(delta_data())
 def test_a_delta_freezes_in_c_as_in_python(data: Any) -> None:
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     assert delta_outcome(fast, data) == delta_outcome(deltas.pure_freeze_delta, data)
 
 
 def test_a_delta_of_each_kind_takes_the_compiled_freeze() -> None:
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     for chunk in (
@@ -1529,7 +1530,7 @@ def test_the_compiled_make_event_builds_what_make_event_builds() -> None:
 def test_each_delta_field_at_each_edge_freezes_in_c_as_in_python() -> None:
     # A table, every field of each kind of delta given every edge value: no rule is left
     # to the luck of a draw.
-    from sessionledger import deltas
+    from sessionledger.model import _deltas as deltas
 
     fast = delta_freezer()
     text = {"type": "text-delta", "index": 0, "text": "a"}

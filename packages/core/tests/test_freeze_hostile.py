@@ -30,21 +30,28 @@ from typing import Any
 import orjson
 import pytest
 
-from sessionledger import FrozenDict, jsoncodec
-from sessionledger.chunks import pack_chunk_runs, pure_pack_run
-from sessionledger.committed import scan_log
-from sessionledger.deltas import pure_freeze_delta
-from sessionledger.eventlog import ChunkRun, EventLog
-from sessionledger.events import APPEND, SessionEvent, SessionHeader, make_event, pure_from_json
-from sessionledger.lines import LineRecords
-from sessionledger.logstore import RawLog, RawRecord
-from sessionledger.vocabulary import RESERVED_TYPES
+from sessionledger import FrozenDict
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._deltas import pure_freeze_delta
+from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._events import (
+    APPEND,
+    SessionEvent,
+    SessionHeader,
+    make_event,
+    pure_from_json,
+)
+from sessionledger.model._vocabulary import RESERVED_TYPES
+from sessionledger.storage._chunks import pack_chunk_runs, pure_pack_run
+from sessionledger.storage._committed import scan_log
+from sessionledger.storage._lines import LineRecords
+from sessionledger.storage._logstore import RawLog, RawRecord
 
-snapshot = importlib.import_module("sessionledger.snapshot")
-committed = importlib.import_module("sessionledger.committed")
-eventlog = importlib.import_module("sessionledger.eventlog")
-events_module = importlib.import_module("sessionledger.events")
-chunks = importlib.import_module("sessionledger.chunks")
+snapshot = importlib.import_module("sessionledger.model._snapshot")
+committed = importlib.import_module("sessionledger.storage._committed")
+eventlog = importlib.import_module("sessionledger.model._eventlog")
+events_module = importlib.import_module("sessionledger.model._events")
+chunks = importlib.import_module("sessionledger.storage._chunks")
 
 
 def compiled_helpers() -> Any:
@@ -54,7 +61,7 @@ def compiled_helpers() -> Any:
         freeze = importlib.import_module("sessionledger._freeze")
     except ImportError:
         return None
-    deltas = importlib.import_module("sessionledger.deltas")
+    deltas = importlib.import_module("sessionledger.model._deltas")
     freeze.setup_events(SessionEvent, RESERVED_TYPES, APPEND)
     freeze.setup_runs(ChunkRun)
     freeze.setup_deltas(deltas._KINDS, deltas._TOOL_KIND)

@@ -1,4 +1,4 @@
-"""``sessionledger.hopping``: a call handed to the loop a ledger serves, from other loops and
+"""``sessionledger.runtime._hopping``: a call handed to the loop a ledger serves, from other loops and
 threads (docs/durability.md, "calls from other loops and threads"): its outcome is what the
 caller sees, a cancelled caller either withdrew it before it started or waited for its end,
 and a loop that is not running is refused at once, never waited on forever."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sessionledger import ConfigError, Ledger, LedgerLoopError, NotLiveError
-from sessionledger.hopping import LedgerThread, on_ledger_loop, wait_on_ledger_loop
+from sessionledger.runtime._hopping import LedgerThread, on_ledger_loop, wait_on_ledger_loop
 
 FAST = 5.0  # seconds: a refusal or a stop is reported well within this
 

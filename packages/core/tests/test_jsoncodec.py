@@ -1,4 +1,4 @@
-"""Tests for the byte-level JSON codec (sessionledger.jsoncodec)."""
+"""Tests for the byte-level JSON codec (sessionledger.model._jsoncodec)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger.errors import JsonValueError
-from sessionledger.jsoncodec import (
+from sessionledger._errors import JsonValueError
+from sessionledger.model._jsoncodec import (
     ORJSON_MAX_DEPTH,
     JsonDecodeError,
     _deeper_than,
@@ -26,7 +26,7 @@ from sessionledger.jsoncodec import (
     iterative_loads,
     loads,
 )
-from sessionledger.snapshot import FrozenDict, snapshot
+from sessionledger.model._snapshot import FrozenDict, snapshot
 
 STRICT = orjson.OPT_STRICT_INTEGER
 
@@ -200,8 +200,8 @@ def test_depth_scan_sees_the_deepest_branch_of_a_wide_value() -> None:
 # regression fails this test instead of killing the test run.
 TUPLE_HAZARDS = """
 import sys
-from sessionledger.jsoncodec import dumps
-from sessionledger.snapshot import FrozenDict, snapshot
+from sessionledger.model._jsoncodec import dumps
+from sessionledger.model._snapshot import FrozenDict, snapshot
 
 def chain(make, depth):
     value = "x"
@@ -573,7 +573,7 @@ def test_error_classes() -> None:
 
 
 def test_only_values_proved_shallow_skip_the_depth_scan() -> None:
-    from sessionledger.snapshot import snapshot
+    from sessionledger.model._snapshot import snapshot
 
     shallow = snapshot({"a": [1, {"b": "c"}]})
     assert getattr(shallow, "_shallow", False) is True

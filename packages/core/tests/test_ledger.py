@@ -22,8 +22,8 @@ from sessionledger import (
     hookimpl,
     open_store,
 )
-from sessionledger.memory import MemoryLogStore, MemoryPersistence, MemoryStore
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._memory import MemoryLogStore, MemoryPersistence, MemoryStore
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger.testing.faults import FaultyStore
 

@@ -15,17 +15,18 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger import SessionEvent, jsoncodec
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.deltas import freeze_delta
-from sessionledger.limits import (
+from sessionledger import SessionEvent
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._deltas import freeze_delta
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._limits import (
     EXACT_ABOVE,
     batch_bounds,
     batch_end,
     delta_bytes,
     event_bytes,
 )
-from sessionledger.snapshot import MAX_SAFE_INTEGER
 from sessionledger.testing.strategies import chunk_event_batches, json_texts, json_values
 
 _M = MAX_SAFE_INTEGER

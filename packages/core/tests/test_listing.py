@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionledger import Ledger, QueryError
-from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.listing import (
+from sessionledger.model._events import SessionEvent, SessionHeader
+from sessionledger.model._session import Session
+from sessionledger.model._vocabulary import tool_result, user_message
+from sessionledger.storage._listing import (
     SessionInfo,
     encode_cursor,
     make_query,
@@ -22,12 +24,10 @@ from sessionledger.listing import (
     parse_when,
     select,
 )
-from sessionledger.memory import MemoryPersistence
-from sessionledger.searching import indexed_texts, matches, message_text, snippet, words
-from sessionledger.session import Session
-from sessionledger.summaries import SessionSummary, summarize
+from sessionledger.storage._memory import MemoryPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
-from sessionledger.vocabulary import tool_result, user_message
+from sessionledger.views._searching import indexed_texts, matches, message_text, snippet, words
+from sessionledger.views._summaries import SessionSummary, summarize
 
 
 def _info(session_id: str, created: int, last: int | None, **header: Any) -> SessionInfo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionledger.logstore import UNPARSABLE, RawRecord, parse_json
+from sessionledger.storage._logstore import UNPARSABLE, RawRecord, parse_json
 
 
 def test_a_parsed_record_gives_its_value() -> None:

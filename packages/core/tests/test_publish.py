@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sessionledger.errors import ReadBackMismatchError
-from sessionledger.limits import event_bytes
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
-from sessionledger.memory import MemoryLogStore, MemoryStore
-from sessionledger.persistence import SessionPersistence
+from sessionledger._errors import ReadBackMismatchError
+from sessionledger.storage._limits import event_bytes
+from sessionledger.storage._logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
+from sessionledger.storage._memory import MemoryLogStore, MemoryStore
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.contract.base import header_for, make_log, same_events
 from sessionledger.testing.contract.publishing import PublishingClauses
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger.events import SessionEvent
-from sessionledger.repair import (
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._repair import (
     TOOL_NOT_STARTED_TEXT,
     TOOL_OUTCOME_UNKNOWN_TEXT,
     interrupted_turn_closers,
@@ -525,7 +525,7 @@ def test_generated_logs_draw_paused_and_unpaused_open_steps():
 
 
 def _seeded(events: list[dict[str, Any]]) -> Any:
-    from sessionledger.session import Session
+    from sessionledger.model._session import Session
 
     return Session.create(seed=events)
 
@@ -875,7 +875,7 @@ def test_appended_closers_are_accepted_and_answer_every_open_call(case):
 @settings(max_examples=100, deadline=None)
 @given(open_turn_logs())
 def test_surface_accepts_the_repaired_log(case):
-    from sessionledger.surface import fold_surface
+    from sessionledger.model._surface import fold_surface
 
     closers = interrupted_turn_closers(case.events)
     repaired = [SessionEvent.from_json(e) for e in case.events + closers]

@@ -1,14 +1,14 @@
-"""The relational row layout shared by the SQL backends (``sessionledger.rows``)."""
+"""The relational row layout shared by the SQL backends (``sessionledger.storage._rows``)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 
 from sessionledger import SessionHeader
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.jsoncodec import dumps
-from sessionledger.logstore import UNPARSABLE
-from sessionledger.rows import (
+from sessionledger.model._jsoncodec import dumps
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._logstore import UNPARSABLE
+from sessionledger.storage._rows import (
     event_columns,
     header_columns,
     header_json,

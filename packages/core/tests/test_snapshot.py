@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionledger import FrozenDict, JsonValueError, LedgerError, snapshot, thaw
-from sessionledger.snapshot import MAX_SAFE_INTEGER, is_safe_int
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER, is_safe_int
 from sessionledger.testing.strategies import json_values
 
 # --- helpers --------------------------------------------------------------------------------

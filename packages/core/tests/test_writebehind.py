@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger.errors import ConfigError, NotLiveError
-from sessionledger.events import SessionEvent
-from sessionledger.writebehind import Tally, WriteBehind
+from sessionledger._errors import ConfigError, NotLiveError
+from sessionledger.model._events import SessionEvent
+from sessionledger.storage._writebehind import Tally, WriteBehind
 
 # -- test doubles for the two seams: the clock and the sink ---------------------------------
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from invariants_builders import HarnessTypes
 
 from sessionledger import Ledger
-from sessionledger.session import Session
+from sessionledger.model._session import Session
 from sessionledger_invariants import InvariantsPlugin
 
 

@@ -13,10 +13,15 @@ from typing import Any
 import pytest
 
 from sessionledger import EventType, hookimpl
-from sessionledger.errors import InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.session import Session
-from sessionledger.vocabulary import assistant_message, tool_call_block, tool_result, user_message
+from sessionledger._errors import InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._session import Session
+from sessionledger.model._vocabulary import (
+    assistant_message,
+    tool_call_block,
+    tool_result,
+    user_message,
+)
 from sessionledger_invariants import InvariantsPlugin
 
 Event = dict[str, Any]

@@ -27,9 +27,9 @@ from invariants_builders import (
 )
 
 from sessionledger import Ledger
-from sessionledger.errors import EventEnvelopeError, InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.snapshot import thaw
+from sessionledger._errors import EventEnvelopeError, InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._snapshot import thaw
 from sessionledger.testing.strategies import session_logs
 from sessionledger_invariants import InvariantsPlugin, Violation, check_log
 from sessionledger_invariants import rules as R

@@ -24,12 +24,12 @@ from invariants_builders import (
 )
 
 from sessionledger import Ledger
-from sessionledger._plugins import AUTOLOAD_SWITCH
-from sessionledger.errors import ConfigError, ForkError, InvariantError, MessageShapeError
-from sessionledger.events import SessionHeader
-from sessionledger.hookspecs import hookimpl
-from sessionledger.memory import MemoryPersistence
-from sessionledger.session import Session
+from sessionledger._errors import ConfigError, ForkError, InvariantError, MessageShapeError
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._session import Session
+from sessionledger.plugins._hookspecs import hookimpl
+from sessionledger.plugins._manager import AUTOLOAD_SWITCH
+from sessionledger.storage._memory import MemoryPersistence
 from sessionledger_invariants import EMPTY_TRACE, ENABLE_SWITCH, InvariantsPlugin, Trace
 from sessionledger_invariants import rules as R
 

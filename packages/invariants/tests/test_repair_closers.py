@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from invariants_builders import AM, CH, SE, SS, TC, TE, TR, TS, UM, log, put
 
 from sessionledger import Ledger
-from sessionledger.events import SessionEvent
-from sessionledger.memory import MemoryPersistence
-from sessionledger.repair import interrupted_turn_closers
-from sessionledger.session import Session
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._repair import interrupted_turn_closers
+from sessionledger.model._session import Session
+from sessionledger.storage._memory import MemoryPersistence
 from sessionledger.testing.strategies import session_logs
 from sessionledger_invariants import InvariantsPlugin, Trace, check_log
 

@@ -26,9 +26,9 @@ from invariants_builders import (
 )
 
 from sessionledger import Ledger
-from sessionledger.errors import EventDataError, InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.session import Session
+from sessionledger._errors import EventDataError, InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._session import Session
 from sessionledger_invariants import EMPTY_TRACE, RULES, InvariantsPlugin, Trace, check_log
 from sessionledger_invariants import rules as R
 

@@ -23,8 +23,8 @@ import orjson
 import pytest
 
 from sessionledger import EventTypeRegistry, Session, SessionHeader
-from sessionledger.summaries import SessionSummary, summarize
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+from sessionledger.views._summaries import SessionSummary, summarize
 from sessionledger_jsonl import JsonlPersistence, _index
 from sessionledger_jsonl._files import FileSystem
 

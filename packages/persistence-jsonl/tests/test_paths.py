@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionledger.errors import ConfigError
+from sessionledger._errors import ConfigError
 from sessionledger_jsonl.paths import (
     MAX_NAME_BYTES,
     NO_CWD_KEY,

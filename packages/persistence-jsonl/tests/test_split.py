@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionledger import SessionHeader
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.committed import scan_log
-from sessionledger.errors import LedgerError
-from sessionledger.lines import LineRecords, pure_line_starts
-from sessionledger.logstore import UNPARSABLE, RawLog, RawRecord
+from sessionledger._errors import LedgerError
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._committed import scan_log
+from sessionledger.storage._lines import LineRecords, pure_line_starts
+from sessionledger.storage._logstore import UNPARSABLE, RawLog, RawRecord
 from sessionledger.testing.strategies import session_logs
 from sessionledger_jsonl._format import (
     _RECORD_START,
@@ -29,8 +29,8 @@ from sessionledger_jsonl._format import (
     split_batches,
 )
 
-logstore = importlib.import_module("sessionledger.logstore")
-lines_module = importlib.import_module("sessionledger.lines")
+logstore = importlib.import_module("sessionledger.storage._logstore")
+lines_module = importlib.import_module("sessionledger.storage._lines")
 
 
 def line_by_line(data: bytes, body: int) -> tuple[LineRecords, list[Any]]:
@@ -237,7 +237,7 @@ def test_line_records_are_the_records_of_text_each_line_would_make(
             lines_module._line_starts = saved
 
 
-committed_module = importlib.import_module("sessionledger.committed")
+committed_module = importlib.import_module("sessionledger.storage._committed")
 
 
 def scanned(data: bytes, *, compiled: bool) -> Any:

@@ -31,8 +31,8 @@ from sessionledger import (
     SessionHeader,
     SessionLockedError,
 )
-from sessionledger.ledger import open_store
-from sessionledger.logstore import Batch
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._logstore import Batch
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger_jsonl import JsonlPersistence, plugin
 from sessionledger_jsonl.paths import encode_session_id

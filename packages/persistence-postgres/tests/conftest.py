@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
 from sessionledger_postgres.testing import PG_URL_ENV, drop_schema, with_options

@@ -37,8 +37,8 @@ from typing import Any
 
 import sessionledger_postgres.plugin
 from sessionledger import Ledger, LedgerError, SessionHeader, SessionLockedError
-from sessionledger.ledger import open_store
-from sessionledger.persistence import SessionPersistence
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._persistence import SessionPersistence
 
 
 def store_for(url: str) -> SessionPersistence:

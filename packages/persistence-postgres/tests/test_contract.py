@@ -7,7 +7,7 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 
-from sessionledger.persistence import SessionPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.contract import PersistenceContract
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url

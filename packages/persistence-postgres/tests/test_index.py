@@ -17,13 +17,13 @@ import asyncpg
 import pytest
 
 from sessionledger import CorruptLogError, FormatUnsupportedError, Session, SessionHeader
-from sessionledger.listing import SessionInfo, SessionQuery, select, sort_key
-from sessionledger.logstore import Batch, Repair
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
-from sessionledger.searching import IndexedText, indexed_texts
-from sessionledger.summaries import summarize
+from sessionledger.storage._listing import SessionInfo, SessionQuery, select, sort_key
+from sessionledger.storage._logstore import Batch, Repair
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
+from sessionledger.views._searching import IndexedText, indexed_texts
+from sessionledger.views._summaries import summarize
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url
 from sessionledger_postgres.schema import EXPECTED_COLUMNS, EXPECTED_RELATIONS

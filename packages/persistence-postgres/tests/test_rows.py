@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sessionledger.chunks import pack_chunk_runs, unpack_record
-from sessionledger.errors import JsonValueError
-from sessionledger.logstore import UNPARSABLE
+from sessionledger._errors import JsonValueError
+from sessionledger.storage._chunks import pack_chunk_runs, unpack_record
+from sessionledger.storage._logstore import UNPARSABLE
 from sessionledger_postgres.rows import batch_columns, plain_text, row_end, storage_record
 
 

@@ -29,9 +29,9 @@ from sessionledger import (
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.ledger import open_store
-from sessionledger.logstore import Batch
-from sessionledger.persistence import SessionPersistence
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._logstore import Batch
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger_postgres import PostgresPersistence
 from sessionledger_postgres.plugin import parse_postgres_url

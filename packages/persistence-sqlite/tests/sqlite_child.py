@@ -21,7 +21,7 @@ import sys
 
 import sessionledger_sqlite.plugin
 from sessionledger import Ledger, SessionHeader, assistant_message, tool_call_block
-from sessionledger.ledger import open_store
+from sessionledger.runtime._opening import open_store
 
 PROVIDER = "fake"
 MODEL = "fake-1"

@@ -32,11 +32,11 @@ from sessionledger import (
     SessionHeader,
     user_message,
 )
-from sessionledger.ledger import open_store
-from sessionledger.listing import SessionInfo, SessionQuery, select, sort_key
-from sessionledger.memory import MemoryPersistence
-from sessionledger.persistence import SessionPersistence
-from sessionledger.summaries import SessionSummary, summarize
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._listing import SessionInfo, SessionQuery, select, sort_key
+from sessionledger.storage._memory import MemoryPersistence
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.views._summaries import SessionSummary, summarize
 from sessionledger_sqlite import SqlitePersistence
 from sessionledger_sqlite import queries as sql_queries
 from sessionledger_sqlite.schema import EXPECTED_OBJECTS, SHADOW_TABLES

@@ -30,11 +30,11 @@ from sessionledger import (
     SessionHeader,
     SessionLockedError,
     SessionNotFoundError,
-    jsoncodec,
 )
-from sessionledger.ledger import open_store
-from sessionledger.logstore import Batch, Repair
-from sessionledger.repair import TOOL_OUTCOME_UNKNOWN
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN
+from sessionledger.runtime._opening import open_store
+from sessionledger.storage._logstore import Batch, Repair
 from sessionledger_sqlite import SqlitePersistence
 from sessionledger_sqlite.plugin import parse_sqlite_url
 from sessionledger_sqlite.schema import (

@@ -11,8 +11,8 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from sessionledger import Ledger, LedgerLoopError, Replace, Session, snapshot
-from sessionledger.hopping import LedgerThread as CoreLedgerThread
-from sessionledger.hopping import on_ledger_loop, wait_on_ledger_loop
+from sessionledger.runtime._hopping import LedgerThread as CoreLedgerThread
+from sessionledger.runtime._hopping import on_ledger_loop, wait_on_ledger_loop
 from sessionledger_langchain._mapping import (
     Planner,
     TurnState,
@@ -31,7 +31,7 @@ class LedgerChatMessageHistory(BaseChatMessageHistory):
     The async methods run on the event loop the ledger serves (the loop running when the
     history was built binds a ledger that serves none yet; *loop*, the ledger's loop, is
     accepted for compatibility). From another loop or thread they are handed to it and
-    wait there (``sessionledger.hopping``). The sync methods (``messages``,
+    wait there (``sessionledger.runtime._hopping``). The sync methods (``messages``,
     ``add_messages``, ``clear``) hand the same coroutines over and wait, so they need a
     ledger whose loop runs in another thread: a :class:`LedgerThread`. When the ledger's
     loop is not running, every method raises ``LedgerLoopError`` instead of waiting.

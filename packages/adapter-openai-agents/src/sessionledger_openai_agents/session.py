@@ -37,7 +37,7 @@ from agents.memory.session_settings import (
 )
 
 from sessionledger import APPEND, Ledger, Replace, Session, SessionEvent, snapshot, thaw
-from sessionledger.hopping import on_ledger_loop
+from sessionledger.runtime._hopping import on_ledger_loop
 
 #: The message key holding the exact SDK item a message was written from.
 ITEM_KEY: Final = "openaiItem"
@@ -144,7 +144,7 @@ class LedgerSession:
     stored session keeps its own.
 
     Every method runs on the event loop the ledger serves: called from another loop or
-    thread, it is handed to that loop and waits there (``sessionledger.hopping``); when
+    thread, it is handed to that loop and waits there (``sessionledger.runtime._hopping``); when
     that loop is not running it raises ``LedgerLoopError`` instead of waiting forever.
     """
 

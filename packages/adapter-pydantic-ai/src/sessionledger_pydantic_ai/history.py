@@ -27,11 +27,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.run import AgentRun
 
 from sessionledger import Ledger, thaw
-from sessionledger.derive import project_message
-from sessionledger.events import SessionEvent
-from sessionledger.hopping import on_ledger_loop
-from sessionledger.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
-from sessionledger.session import Session
+from sessionledger.model._derive import project_message
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessionledger.model._session import Session
+from sessionledger.runtime._hopping import on_ledger_loop
 
 __all__ = ["DEFAULT_PROVIDER", "META_KEY", "LedgerHistory"]
 

@@ -37,8 +37,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Final
 
-    from sessionledger.derive import messages_at, transcript
-    from sessionledger.errors import (
+    from sessionledger._errors import (
         BacklogFullError,
         ConfigError,
         CorruptLogError,
@@ -67,21 +66,19 @@ if TYPE_CHECKING:
         SurfaceError,
         UnknownEventTypeError,
     )
-    from sessionledger.events import (
+    from sessionledger.model._derive import messages_at, transcript
+    from sessionledger.model._events import (
         APPEND,
         SESSION_FORMAT_VERSION,
         Replace,
         SessionEvent,
         SessionHeader,
     )
-    from sessionledger.hookspecs import hookimpl, hookspec
-    from sessionledger.ledger import Ledger, open_store
-    from sessionledger.limits import Backlog
-    from sessionledger.registry import EventType, EventTypeRegistry
-    from sessionledger.session import Session, SessionHooks
-    from sessionledger.snapshot import FrozenDict, JsonValue, snapshot, thaw
-    from sessionledger.surface import Replacement, SurfaceFold, fold_surface
-    from sessionledger.vocabulary import (
+    from sessionledger.model._registry import EventType, EventTypeRegistry
+    from sessionledger.model._session import Session, SessionHooks
+    from sessionledger.model._snapshot import FrozenDict, JsonValue, snapshot, thaw
+    from sessionledger.model._surface import Replacement, SurfaceFold, fold_surface
+    from sessionledger.model._vocabulary import (
         SURFACE_TYPES,
         Message,
         assistant_message,
@@ -89,6 +86,10 @@ if TYPE_CHECKING:
         tool_result,
         user_message,
     )
+    from sessionledger.plugins._hookspecs import hookimpl, hookspec
+    from sessionledger.runtime._ledger import Ledger
+    from sessionledger.runtime._opening import open_store
+    from sessionledger.storage._limits import Backlog
 
 __all__ = [
     "APPEND",
@@ -152,8 +153,8 @@ __all__ = [
 
 #: Each module of the package and the names of it the package exports.
 _EXPORTS: Final = {
-    "sessionledger.derive": ("messages_at", "transcript"),
-    "sessionledger.errors": (
+    "sessionledger.model._derive": ("messages_at", "transcript"),
+    "sessionledger._errors": (
         "BacklogFullError",
         "ConfigError",
         "CorruptLogError",
@@ -182,21 +183,21 @@ _EXPORTS: Final = {
         "SurfaceError",
         "UnknownEventTypeError",
     ),
-    "sessionledger.events": (
+    "sessionledger.model._events": (
         "APPEND",
         "SESSION_FORMAT_VERSION",
         "Replace",
         "SessionEvent",
         "SessionHeader",
     ),
-    "sessionledger.hookspecs": ("hookimpl", "hookspec"),
-    "sessionledger.ledger": ("Ledger", "open_store"),
-    "sessionledger.limits": ("Backlog",),
-    "sessionledger.registry": ("EventType", "EventTypeRegistry"),
-    "sessionledger.session": ("Session", "SessionHooks"),
-    "sessionledger.snapshot": ("FrozenDict", "JsonValue", "snapshot", "thaw"),
-    "sessionledger.surface": ("Replacement", "SurfaceFold", "fold_surface"),
-    "sessionledger.vocabulary": (
+    "sessionledger.plugins._hookspecs": ("hookimpl", "hookspec"),
+    "sessionledger.runtime._ledger": ("Ledger", "open_store"),
+    "sessionledger.storage._limits": ("Backlog",),
+    "sessionledger.model._registry": ("EventType", "EventTypeRegistry"),
+    "sessionledger.model._session": ("Session", "SessionHooks"),
+    "sessionledger.model._snapshot": ("FrozenDict", "JsonValue", "snapshot", "thaw"),
+    "sessionledger.model._surface": ("Replacement", "SurfaceFold", "fold_surface"),
+    "sessionledger.model._vocabulary": (
         "SURFACE_TYPES",
         "Message",
         "assistant_message",
@@ -222,7 +223,7 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The package's module type: importing the submodule ``sessionledger.snapshot``
+    """The package's module type: importing the submodule ``sessionledger.model._snapshot``
     binds it on the package, where the function of that name must stay."""
 
     def __setattr__(self, name: str, value: object) -> None:

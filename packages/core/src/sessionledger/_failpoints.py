@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Final
 
-from sessionledger.errors import ConfigError
+from sessionledger._errors import ConfigError
 
 __all__ = ["ACTION_VARIABLE", "ENVIRONMENT_VARIABLE", "failpoint", "failpoint_armed"]
 

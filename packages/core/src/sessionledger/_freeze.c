@@ -2587,7 +2587,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "sessionledger._freeze",
-    "Compiled fast path of sessionledger.snapshot (optional; pure Python otherwise).", -1,
+    "Compiled fast path of sessionledger.model._snapshot (optional; pure Python otherwise).", -1,
     methods,
 };
 

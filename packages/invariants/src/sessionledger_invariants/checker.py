@@ -23,15 +23,15 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
-from sessionledger.errors import InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.hookspecs import hookimpl
+from sessionledger._errors import InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.plugins._hookspecs import hookimpl
 from sessionledger_invariants.rules import SEQ_ORDER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sessionledger.session import Session
+    from sessionledger.model._session import Session
 
 __all__ = ["SessionChecker", "Violation"]
 

@@ -12,14 +12,14 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
-from sessionledger.errors import ConfigError, InvariantError
-from sessionledger.events import SessionEvent
-from sessionledger.hookspecs import hookimpl
+from sessionledger._errors import ConfigError, InvariantError
+from sessionledger.model._events import SessionEvent
+from sessionledger.plugins._hookspecs import hookimpl
 from sessionledger_invariants.checker import SessionChecker, Violation
 from sessionledger_invariants.trace import EMPTY_TRACE, TRANSITIONS, RuleBroken, Trace
 
 if TYPE_CHECKING:
-    from sessionledger.session import Session
+    from sessionledger.model._session import Session
 
 __all__ = ["ENABLE_SWITCH", "InvariantsPlugin", "check_log", "ledger_plugins"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from sessionledger.snapshot import FrozenDict
+from sessionledger.model._snapshot import FrozenDict
 
 __all__ = [
     "REPLACE_OUTSIDE_TURN",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple, Protocol, final
 
-from sessionledger.events import Replace
-from sessionledger.repair import TOOL_NOT_STARTED
-from sessionledger.snapshot import FrozenDict
-from sessionledger.vocabulary import (
+from sessionledger.model._events import Replace
+from sessionledger.model._repair import TOOL_NOT_STARTED
+from sessionledger.model._snapshot import FrozenDict
+from sessionledger.model._vocabulary import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,

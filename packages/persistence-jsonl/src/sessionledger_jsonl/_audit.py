@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sessionledger import jsoncodec
+from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger_jsonl._files import FileSystem
 from sessionledger_jsonl._format import parse_line
 

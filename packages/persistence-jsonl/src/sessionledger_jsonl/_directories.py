@@ -16,9 +16,9 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from sessionledger.errors import CorruptLogError, HeaderError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.logstore import RawLog
+from sessionledger._errors import CorruptLogError, HeaderError, LedgerError
+from sessionledger.model._events import SessionHeader
+from sessionledger.storage._logstore import RawLog
 from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
     LOG_NAME,

@@ -21,10 +21,10 @@ import os
 import stat
 from typing import Final
 
+from sessionledger._errors import ConfigError, ResourceLimitError
 from sessionledger._failpoints import failpoint, failpoint_armed
-from sessionledger.errors import ConfigError, ResourceLimitError
-from sessionledger.files import DIR_MODE, FILE_MODE, missing_directories, open_private_file
-from sessionledger.links import mount_points, single_name_refusal
+from sessionledger.storage._files import DIR_MODE, FILE_MODE, missing_directories, open_private_file
+from sessionledger.storage._links import mount_points, single_name_refusal
 
 __all__ = [
     "DIR_MODE",
@@ -219,7 +219,7 @@ class FileSystem:
             raise SharedFileRefusedError(errno.EMLINK, str(refusal), path)
 
     def mount_points(self) -> frozenset[str]:
-        """Every mount point this process sees (``sessionledger.links``)."""
+        """Every mount point this process sees (``sessionledger.storage._links``)."""
         return mount_points()
 
     def read_all(self, fd: int) -> bytes:

@@ -24,12 +24,18 @@ from typing import Any, Final
 
 import orjson
 
-from sessionledger import jsoncodec
-from sessionledger.errors import CorruptLogError, FormatUnsupportedError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.lines import LineRecords
-from sessionledger.logstore import UNPARSABLE, RawBatch, RawRecord, collector_paused, parse_json
-from sessionledger.snapshot import brief
+from sessionledger._errors import CorruptLogError, FormatUnsupportedError, LedgerError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._snapshot import brief
+from sessionledger.storage._lines import LineRecords
+from sessionledger.storage._logstore import (
+    UNPARSABLE,
+    RawBatch,
+    RawRecord,
+    collector_paused,
+    parse_json,
+)
 
 __all__ = [
     "INCARNATION_KEY",

@@ -30,9 +30,9 @@ import secrets
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
-from sessionledger import jsoncodec
 from sessionledger._failpoints import failpoint
-from sessionledger.summaries import SessionSummary
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_jsonl._files import FileSystem
 from sessionledger_jsonl._format import parse_line
 

@@ -7,7 +7,7 @@ by its commit record, cut back to the previous size when either fails, so a retr
 duplicates a seq. Bytes a repair cuts are first copied into a quarantine file beside the
 log and made durable. A publish that is retried after an error makes the directory
 entries durable again before the batch counts as landed. The store's writer locks are
-``sessionledger.claims.Claims`` (one descriptor per store); readers never lock. Everything here is
+``sessionledger.storage._claims.Claims`` (one descriptor per store); readers never lock. Everything here is
 blocking; the store runs it in worker threads.
 """
 
@@ -21,11 +21,11 @@ import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from sessionledger._errors import ConfigError, SessionLockedError, SessionNotFoundError
 from sessionledger._failpoints import failpoint
-from sessionledger.claims import Claims
-from sessionledger.errors import ConfigError, SessionLockedError, SessionNotFoundError
-from sessionledger.links import refuse_mount_points
-from sessionledger.logstore import Batch, Repair, RepairReceipt
+from sessionledger.storage._claims import Claims
+from sessionledger.storage._links import refuse_mount_points
+from sessionledger.storage._logstore import Batch, Repair, RepairReceipt
 from sessionledger_jsonl._directories import Place, SessionDirectories
 from sessionledger_jsonl._files import FileSystem, HardLinkUnsupportedError
 from sessionledger_jsonl._format import (

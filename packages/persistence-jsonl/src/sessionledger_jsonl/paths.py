@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from sessionledger.errors import ConfigError
+from sessionledger._errors import ConfigError
 
 __all__ = [
     "MAX_NAME_BYTES",

@@ -6,11 +6,11 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sessionledger.errors import ConfigError
-from sessionledger.hookspecs import BackendFactory, hookimpl
+from sessionledger._errors import ConfigError
+from sessionledger.plugins._hookspecs import BackendFactory, hookimpl
 
 if TYPE_CHECKING:
-    from sessionledger.registry import EventTypeRegistry
+    from sessionledger.model._registry import EventTypeRegistry
     from sessionledger_jsonl.store import JsonlPersistence
 
 __all__ = ["ledger_backends", "open_jsonl_store"]

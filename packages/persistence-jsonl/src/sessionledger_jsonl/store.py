@@ -19,17 +19,17 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, final
 
-from sessionledger.cancellation import in_thread
-from sessionledger.errors import ConfigError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.limits import PORTABLE_MAX_EVENT_BYTES
-from sessionledger.links import pinned
-from sessionledger.listing import StoredSummary
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger._errors import ConfigError, LedgerError
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._registry import EventTypeRegistry
+from sessionledger.storage._cancellation import in_thread
+from sessionledger.storage._limits import PORTABLE_MAX_EVENT_BYTES
+from sessionledger.storage._links import pinned
+from sessionledger.storage._listing import StoredSummary
+from sessionledger.storage._logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.views._searching import IndexedText
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_jsonl import _files
 from sessionledger_jsonl._audit import AuditLog
 from sessionledger_jsonl._directories import SessionDirectories

@@ -14,9 +14,9 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from sessionledger._errors import SeqMismatchError
 from sessionledger._failpoints import failpoint
-from sessionledger.errors import SeqMismatchError
-from sessionledger.logstore import Batch, RawLog, RawRecord
+from sessionledger.storage._logstore import Batch, RawLog, RawRecord
 from sessionledger_postgres import rows
 from sessionledger_postgres.statements import Statements
 

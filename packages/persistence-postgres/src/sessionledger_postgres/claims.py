@@ -30,7 +30,7 @@ from typing import Final, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.errors import ConfigError, LedgerError, SessionLockedError
+from sessionledger._errors import ConfigError, LedgerError, SessionLockedError
 from sessionledger_postgres.connections import TrackedConnection
 from sessionledger_postgres.failures import LOST, translate
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncpg
 from asyncpg.pgproto import pgproto
 
-from sessionledger.errors import (
+from sessionledger._errors import (
     ConfigError,
     CorruptLogError,
     LedgerError,

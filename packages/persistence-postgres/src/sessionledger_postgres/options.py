@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from urllib.parse import urlsplit, urlunsplit
 
-from sessionledger.errors import ConfigError
+from sessionledger._errors import ConfigError
 
 __all__ = ["check_options", "redact"]
 

@@ -26,9 +26,9 @@ from typing import Any, Final
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from sessionledger import hookimpl
-from sessionledger.errors import ConfigError
-from sessionledger.hookspecs import BackendFactory
-from sessionledger.registry import EventTypeRegistry
+from sessionledger._errors import ConfigError
+from sessionledger.model._registry import EventTypeRegistry
+from sessionledger.plugins._hookspecs import BackendFactory
 from sessionledger_postgres.store import PostgresPersistence
 
 __all__ = ["SCHEMES", "ledger_backends", "open_postgres_store", "parse_postgres_url"]

@@ -20,11 +20,11 @@ from typing import Any, Final
 
 import asyncpg
 
-from sessionledger.committed import check_version, stored_header
-from sessionledger.errors import CorruptLogError, FormatUnsupportedError, HeaderError, LedgerError
-from sessionledger.listing import SessionInfo, SessionQuery, StoredSummary, matches_query
-from sessionledger.searching import TextQuery
-from sessionledger.summaries import SessionSummary
+from sessionledger._errors import CorruptLogError, FormatUnsupportedError, HeaderError, LedgerError
+from sessionledger.storage._committed import check_version, stored_header
+from sessionledger.storage._listing import SessionInfo, SessionQuery, StoredSummary, matches_query
+from sessionledger.views._searching import TextQuery
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_postgres import rows
 
 __all__ = ["listable", "listing", "search", "stored_summary"]

@@ -1,6 +1,6 @@
 """Rows of the ``sessions``, ``events`` and ``search_text`` tables <-> the core's records.
 
-The logical columns are SQLite's, and the mapping is the core's (``sessionledger.rows``,
+The logical columns are SQLite's, and the mapping is the core's (``sessionledger.storage._rows``,
 shared by the SQL backends); this module adds what is PostgreSQL's own: ``text`` columns
 cannot hold U+0000 or lone surrogates, and a batch is inserted as column arrays.
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 import asyncpg
 
-from sessionledger import rows as core_rows
-from sessionledger.errors import JsonValueError
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger._errors import JsonValueError
+from sessionledger.storage import _rows as core_rows
+from sessionledger.views._searching import IndexedText
+from sessionledger.views._summaries import SessionSummary
 
 __all__ = [
     "batch_columns",

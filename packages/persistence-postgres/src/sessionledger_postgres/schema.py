@@ -26,7 +26,7 @@ from typing import Final, NamedTuple, TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.errors import ConfigError, FormatUnsupportedError
+from sessionledger._errors import ConfigError, FormatUnsupportedError
 
 __all__ = [
     "APPLICATION",

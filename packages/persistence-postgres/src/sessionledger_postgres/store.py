@@ -35,10 +35,11 @@ from urllib.parse import urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from sessionledger.errors import ConfigError, CorruptLogError, LedgerError
-from sessionledger.events import SessionHeader
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.logstore import (
+from sessionledger._errors import ConfigError, CorruptLogError, LedgerError
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._registry import EventTypeRegistry
+from sessionledger.storage._listing import SessionQuery, StoredSummary
+from sessionledger.storage._logstore import (
     Batch,
     LogStore,
     RawLog,
@@ -46,10 +47,9 @@ from sessionledger.logstore import (
     RepairReceipt,
     SearchRow,
 )
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText, TextQuery
-from sessionledger.summaries import SessionSummary
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.views._searching import IndexedText, TextQuery
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_postgres import options, queries, rows
 from sessionledger_postgres import schema as schema_module
 from sessionledger_postgres.batches import batch_statement, raw_log, row_count, write_whole

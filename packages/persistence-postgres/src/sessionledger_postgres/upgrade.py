@@ -4,7 +4,7 @@ Runs only when the store is opened with ``upgrade=1`` (docs/formats.md, "Postgre
 inside ``schema.prepare``'s transaction, under its advisory lock, after the schema was
 checked to be an intact v1 store. Every session's summary and searchable texts are
 computed from its stored events, decoded exactly as a read decodes them
-(``sessionledger.committed.scan_log``), so the index starts as a write would have left
+(``sessionledger.storage._committed.scan_log``), so the index starts as a write would have left
 it. One transaction: a session that cannot be read fails the whole upgrade with
 ``CorruptLogError`` naming it (as the SQLite store's upgrade does) and the schema stays
 v1, untouched.
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from sessionledger.committed import scan_log
-from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.logstore import RawLog, RawRecord
-from sessionledger.searching import indexed_texts
-from sessionledger.summaries import summarize
+from sessionledger._errors import CorruptLogError, LedgerError
+from sessionledger.storage._committed import scan_log
+from sessionledger.storage._logstore import RawLog, RawRecord
+from sessionledger.views._searching import indexed_texts
+from sessionledger.views._summaries import summarize
 from sessionledger_postgres import rows
 from sessionledger_postgres.schema import SCHEMA_VERSION, Connection, quote, v2_additions
 

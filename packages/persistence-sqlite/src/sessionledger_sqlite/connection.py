@@ -21,8 +21,8 @@ from typing import Final, Literal, final
 
 import aiosqlite
 
-from sessionledger.cancellation import in_thread, uninterrupted
-from sessionledger.errors import ConfigError, LedgerError
+from sessionledger._errors import ConfigError, LedgerError
+from sessionledger.storage._cancellation import in_thread, uninterrupted
 from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
 

@@ -94,7 +94,7 @@ _BY_ACTIVITY: Final = "CREATE INDEX sessions_by_last_activity ON sessions (last_
 _BY_CREATION: Final = "CREATE INDEX sessions_newest_first ON sessions (created_at DESC, id)"
 # Finding a summary to rebuild must not read every session row.
 _UNSUMMARIZED: Final = "CREATE INDEX sessions_unsummarized ON sessions (id) WHERE events IS NULL"
-# The searchable texts (sessionledger.searching), and an FTS5 index over them that keeps
+# The searchable texts (sessionledger.views._searching), and an FTS5 index over them that keeps
 # no copy (external content). FTS5 tables cannot be written from triggers under
 # ``trusted_schema=OFF`` (nor cascade): the store writes and deletes both explicitly, in
 # the transaction of the events they come from.
@@ -108,7 +108,7 @@ _TEXTS: Final = """CREATE TABLE search_texts (
 ) STRICT"""
 _TEXTS_BY_SESSION: Final = "CREATE INDEX search_texts_by_session ON search_texts (session_id, seq)"
 # unicode61 without diacritic folding splits words at punctuation and "_" and folds case,
-# as ``sessionledger.searching.words`` does.
+# as ``sessionledger.views._searching.words`` does.
 _TEXT_INDEX: Final = (
     "CREATE VIRTUAL TABLE search_index USING fts5(text, content = 'search_texts', "
     "content_rowid = 'id', tokenize = \"unicode61 remove_diacritics 0\")"

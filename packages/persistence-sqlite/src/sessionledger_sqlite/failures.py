@@ -13,7 +13,7 @@ import os
 import sqlite3
 from typing import Final
 
-from sessionledger.errors import (
+from sessionledger._errors import (
     ConfigError,
     CorruptLogError,
     FormatUnsupportedError,

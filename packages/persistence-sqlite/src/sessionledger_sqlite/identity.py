@@ -15,7 +15,7 @@ from typing import Final, Literal, TypeAlias
 
 import aiosqlite
 
-from sessionledger.errors import FormatUnsupportedError
+from sessionledger._errors import FormatUnsupportedError
 from sessionledger_sqlite.ddl import (
     APPLICATION_ID,
     EXPECTED_OBJECTS,

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import TypeAlias
 
-from sessionledger.errors import ConfigError
-from sessionledger.links import own_status, refuse_mount_points
+from sessionledger._errors import ConfigError
+from sessionledger.storage._links import own_status, refuse_mount_points
 
 __all__ = ["SIDE_SUFFIXES", "FileIdentity", "check_names", "check_same_file", "file_identity"]
 
 #: SQLite's files beside a database, named after it. The store's lock file
-#: (``<database>.locks``) is checked where a claim opens it (``sessionledger.claims``):
+#: (``<database>.locks``) is checked where a claim opens it (``sessionledger.storage._claims``):
 #: reading needs no lock.
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 

@@ -8,8 +8,8 @@ import math
 import os
 from typing import Final, Literal
 
-from sessionledger.errors import ConfigError
-from sessionledger.links import pinned
+from sessionledger._errors import ConfigError
+from sessionledger.storage._links import pinned
 
 __all__ = ["MEMORY", "check_options", "check_path"]
 

@@ -16,9 +16,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from sessionledger import hookimpl
-from sessionledger.errors import ConfigError
-from sessionledger.hookspecs import BackendFactory
-from sessionledger.registry import EventTypeRegistry
+from sessionledger._errors import ConfigError
+from sessionledger.model._registry import EventTypeRegistry
+from sessionledger.plugins._hookspecs import BackendFactory
 from sessionledger_sqlite.store import SqlitePersistence
 
 __all__ = ["SCHEME", "ledger_backends", "open_sqlite_store", "parse_sqlite_url"]

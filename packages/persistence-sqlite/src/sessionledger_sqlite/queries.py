@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sessionledger import rows
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.searching import TextQuery
-from sessionledger.summaries import SessionSummary
+from sessionledger.storage import _rows as rows
+from sessionledger.storage._listing import SessionQuery, StoredSummary
+from sessionledger.views._searching import TextQuery
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_sqlite.reading import HEADER_COLUMNS, SUMMARY_COLUMNS
 
 __all__ = [

@@ -1,13 +1,13 @@
 """A session's stored rows as the core's ``RawLog``: what every read of the store, and
-the v1 upgrade, hands to ``sessionledger.committed.scan_log``."""
+the v1 upgrade, hands to ``sessionledger.storage._committed.scan_log``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sessionledger import rows
-from sessionledger.logstore import RawLog, RawRecord, collector_paused
+from sessionledger.storage import _rows as rows
+from sessionledger.storage._logstore import RawLog, RawRecord, collector_paused
 
 __all__ = [
     "EVENT_COLUMNS",

@@ -23,9 +23,9 @@ from typing import Final, Literal, TypeAlias
 
 import aiosqlite
 
+from sessionledger._errors import ConfigError
 from sessionledger._failpoints import failpoint
-from sessionledger.errors import ConfigError
-from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
+from sessionledger.storage._files import fsync_dir, make_private_dirs, open_private_file
 from sessionledger_sqlite import names
 from sessionledger_sqlite.ddl import (
     APPLICATION_ID,

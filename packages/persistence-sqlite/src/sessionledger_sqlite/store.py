@@ -21,15 +21,16 @@ from typing import Any, Final, Literal, final
 
 import aiosqlite
 
-from sessionledger import rows
+from sessionledger._errors import ConfigError
 from sessionledger._failpoints import failpoint
-from sessionledger.cancellation import in_thread
-from sessionledger.claims import Claims
-from sessionledger.errors import ConfigError
-from sessionledger.events import SessionHeader
-from sessionledger.files import fsync_dir, make_private_dirs, open_private_file
-from sessionledger.listing import SessionQuery, StoredSummary
-from sessionledger.logstore import (
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._registry import EventTypeRegistry
+from sessionledger.storage import _rows as rows
+from sessionledger.storage._cancellation import in_thread
+from sessionledger.storage._claims import Claims
+from sessionledger.storage._files import fsync_dir, make_private_dirs, open_private_file
+from sessionledger.storage._listing import SessionQuery, StoredSummary
+from sessionledger.storage._logstore import (
     Batch,
     LogStore,
     RawLog,
@@ -38,10 +39,9 @@ from sessionledger.logstore import (
     SearchRow,
     join_batches,
 )
-from sessionledger.persistence import SessionPersistence
-from sessionledger.registry import EventTypeRegistry
-from sessionledger.searching import IndexedText, TextQuery
-from sessionledger.summaries import SessionSummary
+from sessionledger.storage._persistence import SessionPersistence
+from sessionledger.views._searching import IndexedText, TextQuery
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_sqlite import names, queries, writing
 from sessionledger_sqlite.connection import Refused, StoreConnection
 from sessionledger_sqlite.options import MEMORY, check_options, check_path
@@ -174,7 +174,7 @@ class SqliteLogStore(LogStore):
     # -- claims ----------------------------------------------------------------------------
 
     async def claim(self, session_id: str) -> None:
-        """Claim through ``<database>.locks`` (``sessionledger.claims``); a private
+        """Claim through ``<database>.locks`` (``sessionledger.storage._claims``); a private
         in-memory database has no other writer. The database's names are checked again
         first (``names``): a link made since the store opened it is refused here."""
         if self._claims is None:

@@ -12,10 +12,10 @@ from typing import Final
 
 import aiosqlite
 
-from sessionledger.committed import scan_log
-from sessionledger.errors import CorruptLogError, LedgerError
-from sessionledger.searching import indexed_texts
-from sessionledger.summaries import summarize
+from sessionledger._errors import CorruptLogError, LedgerError
+from sessionledger.storage._committed import scan_log
+from sessionledger.views._searching import indexed_texts
+from sessionledger.views._summaries import summarize
 from sessionledger_sqlite import writing
 from sessionledger_sqlite.reading import EVENT_COLUMNS, SESSION_COLUMNS, raw_log
 

@@ -15,11 +15,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from sessionledger import rows
-from sessionledger.events import SessionHeader
-from sessionledger.logstore import Batch
-from sessionledger.searching import IndexedText
-from sessionledger.summaries import SessionSummary
+from sessionledger.model._events import SessionHeader
+from sessionledger.storage import _rows as rows
+from sessionledger.storage._logstore import Batch
+from sessionledger.views._searching import IndexedText
+from sessionledger.views._summaries import SessionSummary
 from sessionledger_sqlite.reading import EVENT_COLUMNS, HEADER_COLUMNS, SUMMARY_COLUMNS
 
 __all__ = [

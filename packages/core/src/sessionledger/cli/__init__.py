@@ -2,5 +2,5 @@
 
 ``main(argv)`` lives in ``sessionledger.cli.__main__``; each command group has its own
 module (``inspecting``, ``checking``, ``moving``, ``demo``). Nothing is imported here so
-that ``python -m sessionledger.cli.demo_child`` starts fast.
+that ``python -m sessionledger.cli._demo_child`` starts fast.
 """

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from types import FrameType, TracebackType
     from typing import Final, TextIO
 
-__all__ = ["EXIT_USER_ERROR", "main"]
-
 #: Exit status for user mistakes and unusable stores (docs/errors.md, "on the command line").
 EXIT_USER_ERROR: Final = 2
 
@@ -95,9 +93,9 @@ def _store_urls(args: argparse.Namespace) -> list[str]:
 def _run(argv: Sequence[str] | None) -> int:
     import asyncio
 
-    from sessionledger.cli import app
-    from sessionledger.cli.plugins import load_plugins
-    from sessionledger.cli.stores import check_backend, resolve_store_url
+    from sessionledger.cli import _app as app
+    from sessionledger.cli._plugins import load_plugins
+    from sessionledger.cli._stores import check_backend, resolve_store_url
 
     try:
         args = app.parse(argv)
@@ -135,7 +133,7 @@ def _importer(traceback: TracebackType | None) -> str | None:
 def _main(argv: Sequence[str] | None) -> int:
     import logging
 
-    from sessionledger.errors import LedgerError
+    from sessionledger._errors import LedgerError
 
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     try:
@@ -163,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except ModuleNotFoundError as error:
-        from sessionledger.cli.missing import missing_module
+        from sessionledger.cli._missing import missing_module
 
         if error.name is None:
             return _fail("CONFIG", f"a module is missing: {error}")

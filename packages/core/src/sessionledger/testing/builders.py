@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionledger.events import Replace, SessionEvent
-from sessionledger.session import Session
-from sessionledger.vocabulary import assistant_message, tool_call_block, tool_result, user_message
+from sessionledger.model._events import Replace, SessionEvent
+from sessionledger.model._session import Session
+from sessionledger.model._vocabulary import (
+    assistant_message,
+    tool_call_block,
+    tool_result,
+    user_message,
+)
 
 __all__ = [
     "PROVIDER",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, final
 
-from sessionledger.events import SessionHeader
-from sessionledger.logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
+from sessionledger.model._events import SessionHeader
+from sessionledger.storage._logstore import Batch, LogStore, RawLog, Repair, RepairReceipt
 
 __all__ = ["FaultyStore", "Write"]
 

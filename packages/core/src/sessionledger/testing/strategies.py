@@ -14,9 +14,14 @@ from typing import Any, Literal, TypeAlias
 
 from hypothesis import strategies as st
 
-from sessionledger.events import SessionEvent
-from sessionledger.snapshot import MAX_SAFE_INTEGER
-from sessionledger.vocabulary import assistant_message, tool_call_block, tool_result, user_message
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._snapshot import MAX_SAFE_INTEGER
+from sessionledger.model._vocabulary import (
+    assistant_message,
+    tool_call_block,
+    tool_result,
+    user_message,
+)
 
 __all__ = [
     "BatchForm",

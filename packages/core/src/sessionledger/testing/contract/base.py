@@ -9,9 +9,9 @@ from typing import Any, Protocol
 import pytest
 import pytest_asyncio
 
-from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.persistence import SessionPersistence
-from sessionledger.session import Session
+from sessionledger.model._events import SessionEvent, SessionHeader
+from sessionledger.model._session import Session
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.blocking import no_blocking_calls, package_of
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 

@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
-from sessionledger.errors import ConfigError, QueryError, SessionLockedError
-from sessionledger.events import SessionEvent, SessionHeader
-from sessionledger.listing import SessionInfo, make_query, parse_duration, select
-from sessionledger.persistence import SessionPersistence
-from sessionledger.searching import indexed_texts, matches, words
-from sessionledger.session import Session
-from sessionledger.summaries import summarize
+from sessionledger._errors import ConfigError, QueryError, SessionLockedError
+from sessionledger.model._events import SessionEvent, SessionHeader
+from sessionledger.model._session import Session
+from sessionledger.model._vocabulary import user_message
+from sessionledger.storage._listing import SessionInfo, make_query, parse_duration, select
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger.testing.contract.base import (
     BackendFactory,
@@ -28,7 +27,8 @@ from sessionledger.testing.contract.base import (
     revision_of,
     second_writer,
 )
-from sessionledger.vocabulary import user_message
+from sessionledger.views._searching import indexed_texts, matches, words
+from sessionledger.views._summaries import summarize
 
 __all__ = ["ListingClauses"]
 

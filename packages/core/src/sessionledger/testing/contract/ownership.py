@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sessionledger.errors import SessionLockedError, SessionNotFoundError
+from sessionledger._errors import SessionLockedError, SessionNotFoundError
 from sessionledger.testing.contract.base import (
     BackendFactory,
     ContractBase,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sessionledger import publishing
-from sessionledger.errors import ReadBackMismatchError, SeedError, SessionExistsError
-from sessionledger.events import SessionEvent
-from sessionledger.persistence import SessionPersistence
+from sessionledger._errors import ReadBackMismatchError, SeedError, SessionExistsError
+from sessionledger.model._events import SessionEvent
+from sessionledger.storage import _publishing as publishing
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.contract.base import (
     BackendFactory,
     ContractBase,

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from sessionledger import jsoncodec
-from sessionledger.errors import FormatUnsupportedError, SessionNotFoundError
-from sessionledger.events import SessionHeader
-from sessionledger.registry import EventType, EventTypeRegistry
-from sessionledger.session import Session
+from sessionledger._errors import FormatUnsupportedError, SessionNotFoundError
+from sessionledger.model import _jsoncodec as jsoncodec
+from sessionledger.model._events import SessionHeader
+from sessionledger.model._registry import EventType, EventTypeRegistry
+from sessionledger.model._session import Session
 from sessionledger.testing.builders import closed_turn
 from sessionledger.testing.contract.base import (
     BackendFactory,

@@ -6,16 +6,16 @@ from typing import Any
 
 import pytest
 
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.errors import (
+from sessionledger._errors import (
     ConfigError,
     CorruptLogError,
     FormatUnsupportedError,
     SeqMismatchError,
 )
-from sessionledger.events import SessionEvent
-from sessionledger.persistence import SessionPersistence
-from sessionledger.session import Session
+from sessionledger.model._events import SessionEvent
+from sessionledger.model._session import Session
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, open_turn_with_pending_call
 from sessionledger.testing.contract.base import (
     BackendFactory,

@@ -7,9 +7,9 @@ import errno
 
 import pytest
 
-from sessionledger.errors import LedgerError, SessionExistsError
-from sessionledger.ledger import Ledger
-from sessionledger.persistence import SessionPersistence
+from sessionledger._errors import LedgerError, SessionExistsError
+from sessionledger.runtime._ledger import Ledger
+from sessionledger.storage._persistence import SessionPersistence
 from sessionledger.testing.builders import closed_turn, compact
 from sessionledger.testing.contract.base import (
     BackendFactory,

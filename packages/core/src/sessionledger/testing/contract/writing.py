@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from sessionledger.chunks import pack_chunk_runs
-from sessionledger.errors import (
+from sessionledger._errors import (
     JsonValueError,
     SeqMismatchError,
     SessionExistsError,
     SessionLockedError,
     SessionNotFoundError,
 )
-from sessionledger.logstore import Batch
+from sessionledger.storage._chunks import pack_chunk_runs
+from sessionledger.storage._logstore import Batch
 from sessionledger.testing.contract.base import (
     BackendFactory,
     ContractBase,

@@ -1,0 +1,139 @@
+"""What makes a streamed delta one a packed run can hold, and its fields.
+
+An ``assistant/chunk`` event whose data is a text, reasoning or tool-call delta of the
+exact shape (docs/formats.md, "chunk rows") belongs to the run of its stream block: the
+fields its members share, and its own text. The compact log (``eventlog``) keeps such
+deltas packed; the append hot path (``freeze_delta``) validates and freezes one in a
+single step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from sessionledger.model._snapshot import (
+    ACCELERATOR,
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    mark_shallow,
+    string_flaw,
+)
+
+#: The one event type a run holds.
+CHUNK_TYPE: Final = "assistant/chunk"
+
+_TEXT_KINDS: Final = ("text-delta", "reasoning-delta")
+_TOOL_KIND: Final = "tool-call-delta"
+
+#: (kind, turn, step, index, call id, name, text): what makes members of one run, and the
+#: member's own text.
+DeltaFields = tuple[str, int, int, int, "str | None", "str | None", str]
+
+
+def delta_fields(data: Any) -> DeltaFields | None:
+    """Return the run fields of an ``assistant/chunk`` event's frozen *data* when it is a
+    delta a run can hold exactly, else None. (Keys may come in any order: a member is
+    rebuilt in the canonical order, as a stored row's members are, docs/formats.md.)"""
+    if type(data) is not FrozenDict or len(data) != 3:
+        return None
+    try:
+        chunk, turn, step = data["chunk"], data["turn"], data["step"]
+        if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
+            return None
+        kind, index = chunk["type"], chunk["index"]
+        if type(index) is not int:
+            return None
+        if kind in _TEXT_KINDS:
+            text = chunk["text"]
+            if len(chunk) == 3 and type(text) is str:
+                return kind, turn, step, index, None, None, text
+            return None
+        if kind != _TOOL_KIND or not 4 <= len(chunk) <= 5:
+            return None
+        call_id, text = chunk["id"], chunk["argumentsDelta"]
+        name = chunk["name"] if len(chunk) == 5 else None
+    except KeyError:
+        return None
+    if type(call_id) is str and type(text) is str and (name is None or type(name) is str):
+        return kind, turn, step, index, call_id, name, text
+    return None
+
+
+_KINDS: Final = {kind: kind for kind in (*_TEXT_KINDS, _TOOL_KIND)}
+
+
+def pure_freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
+    """Validate and freeze the data of a well-formed streamed delta in one step, or
+    return None when *data* is anything else (the general path then snapshots it and
+    checks its shape, and says what is wrong).
+
+    The append hot path: it accepts only what ``snapshot`` and the chunk shape check
+    both accept (exact types, safe integers, turn and step >= 1, index >= 0, strings
+    UTF-8 can hold) and builds the frozen data in the canonical key order, as a member
+    read back from the log or from a stored row has it. ``freeze_delta`` is its compiled
+    form where the accelerator runs: both accept the same data and build the same."""
+    if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
+        return None
+    try:
+        chunk, turn, step = data["chunk"], data["turn"], data["step"]
+        if (type(chunk) is not dict and type(chunk) is not FrozenDict) or not (
+            type(turn) is int
+            and type(step) is int
+            and 1 <= turn <= MAX_SAFE_INTEGER
+            and 1 <= step <= MAX_SAFE_INTEGER
+        ):
+            return None
+        kind, index = _KINDS.get(chunk["type"]), chunk["index"]  # exact str, or None
+        if kind is None or type(index) is not int or not 0 <= index <= MAX_SAFE_INTEGER:
+            return None
+        call_id: str | None = None
+        name: str | None = None
+        if kind is _TOOL_KIND:
+            tool = _tool_fields(chunk)
+            if tool is None:
+                return None
+            call_id, name, text = tool
+        else:
+            text = chunk["text"]
+            if len(chunk) != 3:
+                return None
+    except (KeyError, TypeError):  # TypeError: an unhashable chunk type
+        return None
+    if type(text) is not str or (not text.isascii() and string_flaw(text)):
+        return None
+    if call_id is None:
+        frozen_chunk = FrozenDict(type=kind, index=index, text=text)
+    elif name is None:
+        frozen_chunk = FrozenDict(type=kind, index=index, id=call_id, argumentsDelta=text)
+    else:
+        frozen_chunk = FrozenDict(
+            type=kind, index=index, id=call_id, name=name, argumentsDelta=text
+        )
+    frozen = mark_shallow(FrozenDict(turn=turn, step=step, chunk=frozen_chunk))
+    return frozen, (kind, turn, step, index, call_id, name, text)
+
+
+def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
+    """The id, name (None when absent) and arguments text of a tool-call delta's chunk
+    when its id and name are well formed (raises ``KeyError`` for a missing key)."""
+    size = len(chunk)
+    if not 4 <= size <= 5:
+        return None
+    call_id, text = chunk["id"], chunk["argumentsDelta"]
+    name = chunk["name"] if size == 5 else None
+    if type(call_id) is not str or not call_id or (size == 5 and type(name) is not str):
+        return None
+    if (not call_id.isascii() and string_flaw(call_id)) or (
+        name is not None and not name.isascii() and string_flaw(name)
+    ):
+        return None
+    return call_id, name, text
+
+
+if ACCELERATOR is not None:
+    ACCELERATOR.setup_deltas(_KINDS, _TOOL_KIND)
+#: ``pure_freeze_delta``, compiled where the accelerator runs (the append hot path).
+freeze_delta: Final[Callable[[Any], tuple[FrozenDict, DeltaFields] | None]] = (
+    ACCELERATOR.freeze_delta if ACCELERATOR is not None else pure_freeze_delta
+)
