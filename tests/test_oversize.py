@@ -59,8 +59,8 @@ from sessionledger_postgres.plugin import parse_postgres_url
 from sessionledger_postgres.store import PostgresLogStore
 from sessionledger_postgres.testing import drop_schema, with_options
 from sessionledger_sqlite import SqlitePersistence
-from sessionledger_sqlite.batches import ROW_RESERVE
 from sessionledger_sqlite.store import SqliteLogStore
+from sessionledger_sqlite.writing import ROW_RESERVE
 
 #: A window no test waits out: nothing is written until a flush, as with a stalled store.
 STALLED = 3_600_000

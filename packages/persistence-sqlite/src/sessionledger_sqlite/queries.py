@@ -11,9 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sessionledger.storage import SessionQuery, StoredSummary, TextQuery, _rows as rows
-from sessionledger_sqlite import indexes
-from sessionledger_sqlite.reading import HEADER_COLUMNS
+from sessionledger.storage import (
+    SessionQuery,
+    SessionSummary,
+    StoredSummary,
+    TextQuery,
+    _rows as rows,
+)
+from sessionledger_sqlite.reading import HEADER_COLUMNS, SUMMARY_COLUMNS
 
 __all__ = [
     "ANY_UNSUMMARIZED",
@@ -25,7 +30,7 @@ __all__ = [
 ]
 
 # The columns of a listing row, as ``stored_summary`` reads them.
-_SUMMARY_ROW: Final = f"{HEADER_COLUMNS}, incarnation, revision, {indexes.SUMMARY_COLUMNS}"
+_SUMMARY_ROW: Final = f"{HEADER_COLUMNS}, incarnation, revision, {SUMMARY_COLUMNS}"
 #: Every session's listing row, oldest first.
 SELECT_SUMMARIES: Final = f"SELECT {_SUMMARY_ROW} FROM sessions ORDER BY created_at, id"
 #: Whether some summary is untrusted; the partial index ``sessions_unsummarized`` answers
@@ -81,8 +86,24 @@ def stored_summary(row: Sequence[Any]) -> StoredSummary:
     return StoredSummary(
         rows.header_json(row),
         rows.revision_string(row[9], row[10]),
-        indexes.summary_from_columns(*row[11:15]),
+        _summary_from_columns(*row[11:15]),
     )
+
+
+def _summary_from_columns(
+    events: Any, first_activity: Any, last_activity: Any, open_turn: Any
+) -> SessionSummary | None:
+    """The summary the columns hold, or None when they hold none that can be trusted."""
+    values = (first_activity, last_activity, open_turn)
+    if type(events) is not int or events < 0:
+        return None
+    if any(value is not None and type(value) is not int for value in values):
+        return None
+    if events == 0:
+        return SessionSummary()
+    # ``last_activity`` is never NULL (it falls back to ``created_at``); with events it is
+    # the last event's time.
+    return SessionSummary(events, first_activity, last_activity, open_turn)
 
 
 #: The JSON type ``json_each`` reports for each kind of ``meta`` filter value.

@@ -8,7 +8,14 @@ from typing import Any, Final
 
 from sessionledger.storage import RawLog, RawRecord, _rows as rows, collector_paused
 
-__all__ = ["EVENT_COLUMNS", "HEADER_COLUMNS", "SESSION_COLUMNS", "raw_log", "row_end"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "HEADER_COLUMNS",
+    "SESSION_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "raw_log",
+    "row_end",
+]
 
 #: The ``sessions`` columns that hold a session's header, in ``rows.header_json`` order.
 HEADER_COLUMNS: Final = (
@@ -16,6 +23,8 @@ HEADER_COLUMNS: Final = (
 )
 #: The ``sessions`` columns ``raw_log`` reads, in order (the header's nine first).
 SESSION_COLUMNS: Final = f"{HEADER_COLUMNS}, incarnation, revision, next_seq"
+#: The summary columns of ``sessions`` (docs/listing.md).
+SUMMARY_COLUMNS: Final = "events, first_activity, last_activity, open_turn"
 #: The ``events`` columns ``raw_log`` reads, in order.
 EVENT_COLUMNS: Final = "seq, type, time, data, source_event_seqs, surface_op, ignorable"
 

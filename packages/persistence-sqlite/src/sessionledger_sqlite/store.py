@@ -44,7 +44,7 @@ from sessionledger.storage import (
     make_private_dirs,
     open_private_file,
 )
-from sessionledger_sqlite import batches, indexes, names, queries
+from sessionledger_sqlite import names, queries, writing
 from sessionledger_sqlite.connection import Refused, StoreConnection
 from sessionledger_sqlite.options import MEMORY, check_options, check_path
 from sessionledger_sqlite.reading import (
@@ -89,8 +89,8 @@ class SqliteLogStore(LogStore):
     can_tear = False  # a transaction is all or nothing
     max_row_members = 1024
     max_row_bytes = 1 << 20
-    max_event_bytes = batches.LARGEST_EVENT  # a row's limit (docs/backends.md)
-    max_batch_bytes = batches.LARGEST_EVENT
+    max_event_bytes = writing.LARGEST_EVENT  # a row's limit (docs/backends.md)
+    max_batch_bytes = writing.LARGEST_EVENT
     indexes_text = True  # FTS5 (schema v2)
     keeps_audit = True
 
@@ -197,93 +197,79 @@ class SqliteLogStore(LogStore):
     # -- writing ---------------------------------------------------------------------------
 
     async def write_batch(self, batch: Batch) -> bool:
+        """Write *batch* in one transaction (the common append: in one statement, which
+        commits on its own when it has no text to index); False when the id is taken or
+        the batch does not continue the stored log, with nothing written."""
         session_id = batch.header.id
-        # Serialize before writing: a value that cannot be stored writes nothing.
-        event_rows = batches.event_rows(session_id, batch)
         try:
             if batch.creates:
-                created = await self._create(batch, event_rows)
-                if not created:
+                if not await self._create(batch):
                     return False
-            elif (appended := batches.appended_rows(event_rows, batch)) is not None:
-                # The common append: one statement into the ``batch_rows`` view, whose
-                # triggers check that the rows continue the stored log (a stale writer
-                # is refused), advance its end and revision, and store the texts and the
-                # summary: committed on its own, one round trip. Texts also need their
-                # FTS5 entries, in the same transaction.
-                values = batches.flat(appended)
-                if not batch.texts:
-                    async with self._connections.writing(session_id) as db:
-                        failpoint("sqlite.write.before-statement")
-                        await db.execute_fetchall(batches.append_rows(len(appended)), values)
-                else:
-                    async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
-                        failpoint("sqlite.write.before-statement")
-                        await db.execute_fetchall(batches.append_rows(len(appended)), values)
-                        await indexes.index_texts(db, session_id, batch.texts[0].seq)
-                        failpoint("sqlite.write.before-commit")
             else:
-                # A batch of many rows: statement by statement, in one transaction.
-                async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
-                    failpoint("sqlite.write.after-begin")
-                    await batches.insert_all(db, event_rows)
-                    await indexes.write_summary(db, session_id, batch.summary)
-                    await indexes.insert_texts(db, session_id, batch.texts)
-                    failpoint("sqlite.write.before-commit")
+                await self._append(session_id, writing.append_statements(batch))
         except Refused:
             return False
         failpoint("sqlite.write.after-commit")
         return True
+
+    async def _append(self, session_id: str, append: writing.Append) -> None:
+        """Run the statements of a batch that continues the stored log."""
+        if append.one_statement and len(append.statements) == 1:
+            # The common append with no text to index: one statement, one round trip,
+            # committed on its own.
+            async with self._connections.writing(session_id) as db:
+                failpoint("sqlite.write.before-statement")
+                await _run(db, append.statements)
+        elif append.one_statement:
+            async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
+                failpoint("sqlite.write.before-statement")
+                await _run(db, append.statements)
+                failpoint("sqlite.write.before-commit")
+        else:
+            async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
+                failpoint("sqlite.write.after-begin")
+                await _run(db, append.statements)
+                failpoint("sqlite.write.before-commit")
 
     async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
         """Insert the whole log in one transaction (statements of at most a few hundred
         rows, as any batch's), read it back inside it for *check*, then commit."""
-        return await self._create_whole(join_batches(batches), check)
-
-    async def _create_whole(self, batch: Batch, check: Callable[[RawLog], None]) -> bool:
         try:
-            if not await self._create(batch, batches.event_rows(batch.header.id, batch), check):
+            if not await self._create(join_batches(batches), check):
                 return False
         except Refused:
             return False
         failpoint("sqlite.write.after-commit")
         return True
 
-    async def _create(
-        self,
-        batch: Batch,
-        event_rows: list[tuple[Any, ...]],
-        check: Callable[[RawLog], None] | None = None,
-    ) -> bool:
+    async def _create(self, batch: Batch, check: Callable[[RawLog], None] | None = None) -> bool:
         """Insert the session row (with the batch's summary) and its first batch in one
-        transaction; False (nothing inserted) when the id is taken. The row starts at
-        seq 0, and the schema's triggers advance it as the events go in. *check* gets
-        the log as read back before the commit (raising rolls it back)."""
-        header = batch.header
-        summary = list(indexes.summary_values(batch.summary))
-        if summary[2] is None:
-            summary[2] = header.created_at
-        async with self._connections.transaction("BEGIN IMMEDIATE", header.id) as db:
+        transaction; False (nothing inserted) when the id is taken. *check* gets the log
+        as read back before the commit (raising rolls it back)."""
+        session_id = batch.header.id
+        # Built before the transaction: a value that cannot be stored writes nothing.
+        session_row, statements = writing.create_statements(batch, uuid.uuid4().hex)
+        async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
             failpoint("sqlite.write.after-begin")
-            inserted = await db.execute_fetchall(
-                batches.INSERT_SESSION,
-                (*rows.header_columns(header), uuid.uuid4().hex, 0, *summary),
-            )
-            if not list(inserted):
+            if not list(await db.execute_fetchall(*session_row)):
                 return False
             failpoint("sqlite.write.after-session-row")
-            await batches.insert_all(db, event_rows)
-            await indexes.insert_texts(db, header.id, batch.texts)
+            await _run(db, statements)
             if check is not None:
-                head = list(await db.execute_fetchall(_SELECT_SESSION, (header.id,)))
-                found = list(await db.execute_fetchall(_SELECT_EVENTS, (header.id,)))
+                head = list(await db.execute_fetchall(_SELECT_SESSION, (session_id,)))
+                found = list(await db.execute_fetchall(_SELECT_EVENTS, (session_id,)))
                 check(raw_log(head[0], found, self._location))
             failpoint("sqlite.write.before-commit")
         return True
 
     async def commit_repair(self, repair: Repair) -> RepairReceipt | None:
         session_id = repair.header.id
-        closers = [] if repair.closers is None else batches.event_rows(session_id, repair.closers)
+        closers: list[writing.Statement] = []
+        if repair.closers is not None:
+            closers = [
+                *writing.insert_events(writing.event_rows(session_id, repair.closers)),
+                *writing.insert_texts(session_id, repair.closers.texts),
+            ]
         receipt = RepairReceipt()
         try:
             async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
@@ -310,13 +296,10 @@ class SqliteLogStore(LogStore):
                         (end, session_id),
                     )
                     kept = end if repair.kept_events is None else repair.kept_events
-                    await indexes.delete_texts(db, session_id, kept)
+                    await _run(db, writing.delete_texts(session_id, kept))
                 elif repair.kept_events is not None:
-                    await indexes.delete_texts(db, session_id, repair.kept_events)
-                await batches.insert_all(db, closers)
-                if repair.closers is not None:
-                    await indexes.insert_texts(db, session_id, repair.closers.texts)
-                await indexes.write_summary(db, session_id, repair.summary)
+                    await _run(db, writing.delete_texts(session_id, repair.kept_events))
+                await _run(db, [*closers, writing.update_summary(session_id, repair.summary)])
                 failpoint("sqlite.repair.before-commit")
         except Refused:
             return None
@@ -348,7 +331,7 @@ class SqliteLogStore(LogStore):
     async def delete_log(self, session_id: str) -> bool:
         async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
             # The text index has no cascade: it forgets the texts while they still exist.
-            await indexes.delete_texts(db, session_id)
+            await _run(db, writing.delete_texts(session_id))
             # ON DELETE CASCADE (foreign_keys=ON is checked at open) removes the rows.
             deleted = bool(
                 list(
@@ -401,9 +384,14 @@ class SqliteLogStore(LogStore):
         async with self._connections.transaction("BEGIN IMMEDIATE", header.id) as db:
             if await self._revision_in(db, header.id) != revision:
                 return False
-            await indexes.write_summary(db, header.id, summary)
-            await indexes.delete_texts(db, header.id)
-            await indexes.insert_texts(db, header.id, texts)
+            await _run(
+                db,
+                [
+                    writing.update_summary(header.id, summary),
+                    *writing.delete_texts(header.id),
+                    *writing.insert_texts(header.id, texts),
+                ],
+            )
         return True
 
     async def stored_bytes(self, session_id: str) -> int | None:
@@ -460,6 +448,12 @@ class SqliteLogStore(LogStore):
         if self._claims is not None:
             self._claims.release_all()
         self._connections.abandon()
+
+
+async def _run(db: aiosqlite.Connection, statements: Sequence[writing.Statement]) -> None:
+    """Run *statements* in order (inside the caller's transaction)."""
+    for sql, values in statements:
+        await db.execute_fetchall(sql, values)
 
 
 @final

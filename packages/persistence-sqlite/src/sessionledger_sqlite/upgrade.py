@@ -14,7 +14,7 @@ import aiosqlite
 
 from sessionledger import CorruptLogError, LedgerError
 from sessionledger.storage import indexed_texts, scan_log, summarize
-from sessionledger_sqlite import indexes
+from sessionledger_sqlite import writing
 from sessionledger_sqlite.reading import EVENT_COLUMNS, SESSION_COLUMNS, raw_log
 
 __all__ = ["fill_v2"]
@@ -40,5 +40,8 @@ async def fill_v2(db: aiosqlite.Connection, location: str | None = None) -> None
                 session_id=session_id,
                 path=location,
             ) from error
-        await indexes.write_summary(db, session_id, summarize(scan.events))
-        await indexes.insert_texts(db, session_id, indexed_texts(scan.events))
+        for sql, values in (
+            writing.update_summary(session_id, summarize(scan.events)),
+            *writing.insert_texts(session_id, indexed_texts(scan.events)),
+        ):
+            await db.execute_fetchall(sql, values)

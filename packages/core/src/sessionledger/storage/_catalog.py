@@ -4,8 +4,8 @@ The half of the policy that works across sessions: it pages through the summarie
 keeps (computing, in memory, one the store could not trust: reading never writes),
 searches message text (from the store's index, or by reading every log), plans and
 carries out prunes with their audit records, and rebuilds summaries and indexes.
-``SessionPersistence`` is one; the few things this needs from the per-session half are
-the abstract methods below.
+``SessionPersistence`` holds one and hands it the few things it needs from the
+per-session half: the lock of each session, and what that half holds of a session.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import heapq
 import logging
 import time
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
 from sessionledger._errors import (
@@ -70,38 +69,28 @@ class ReindexReport:
     unreadable: tuple[tuple[str, str], ...] = ()
 
 
-class SessionCatalog(ABC):
-    """Listing, search, prune and reindex, over ``log_store`` (docs/listing.md)."""
+@final
+class SessionCatalog:
+    """Listing, search, prune and reindex over *store* (docs/listing.md), for the policy
+    that holds it: *lock* is the lock that serializes operations on one session id,
+    *in_use* says whether the policy writes a session (a prune leaves it alone), *forget*
+    drops what it holds of a session just deleted, and *summary_rebuilt* takes up a
+    rebuilt summary as the session's, if the policy writes it."""
 
-    @property
-    @abstractmethod
-    def log_store(self) -> LogStore:
-        """The storage primitives."""
-
-    @property
-    @abstractmethod
-    def scheme(self) -> str:
-        """The store's URL scheme (for messages)."""
-
-    @abstractmethod
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        """The lock that serializes operations on one session id."""
-
-    @abstractmethod
-    def _in_use(self, session_id: str) -> bool:
-        """Whether this object writes *session_id* (a prune leaves it alone)."""
-
-    @abstractmethod
-    def _forget(self, session_id: str) -> None:
-        """Drop what this object holds for a session that was just deleted."""
-
-    @abstractmethod
-    def _summary_rebuilt(self, session_id: str, summary: SessionSummary) -> None:
-        """Take up *summary* as the session's, if this object writes it."""
-
-    @abstractmethod
-    async def revision(self, session_id: str) -> str | None:
-        """The current revision of a session, or None."""
+    def __init__(
+        self,
+        store: LogStore,
+        *,
+        lock: Callable[[str], asyncio.Lock],
+        in_use: Callable[[str], bool],
+        forget: Callable[[str], None],
+        summary_rebuilt: Callable[[str, SessionSummary], None],
+    ) -> None:
+        self._store = store
+        self._lock = lock
+        self._in_use = in_use
+        self._forget = forget
+        self._summary_rebuilt = summary_rebuilt
 
     async def list(self) -> builtins.list[SessionHeader]:
         """Return the headers of every stored session (created_at, then id)."""
@@ -114,7 +103,7 @@ class SessionCatalog(ABC):
         session must not make a whole store unlistable.
         """
         infos: builtins.list[SessionInfo] = []
-        for header_json, revision in await self.log_store.list_headers():
+        for header_json, revision in await self._store.list_headers():
             header = _listable_header(header_json)
             if header is not None:
                 infos.append(SessionInfo(header, revision))
@@ -129,7 +118,7 @@ class SessionCatalog(ABC):
         except the log of a session whose stored summary is missing or stale; writes
         nothing, whatever it finds."""
         query = query or SessionQuery()
-        rows = await self.log_store.query_sessions(query)
+        rows = await self._store.query_sessions(query)
         if rows is None:
             chosen = select(await self._all_summaries(), query)
         else:
@@ -142,7 +131,7 @@ class SessionCatalog(ABC):
 
     async def _all_summaries(self) -> builtins.list[SessionInfo]:
         infos: builtins.list[SessionInfo] = []
-        for row in await self.log_store.list_summaries():
+        for row in await self._store.list_summaries():
             info = await self._listed(row)
             if info is not None:
                 infos.append(info)
@@ -160,7 +149,7 @@ class SessionCatalog(ABC):
         if row.summary is not None:
             return SessionInfo(header, row.revision, row.summary)
         async with self._lock(header.id):
-            raw = await self.log_store.read_log(header.id)
+            raw = await self._store.read_log(header.id)
         if raw is None:
             return None  # deleted meanwhile
         try:
@@ -200,9 +189,9 @@ class SessionCatalog(ABC):
                     f"got {', '.join(unknown) or 'none'}"
                 )
         query = TextQuery(query_words, limit, session, chosen)
-        if session is not None and await self.revision(session) is None:
+        if session is not None and await self._revision(session) is None:
             raise SessionNotFoundError("session not found", session_id=session)
-        rows = await self.log_store.search_text(query)
+        rows = await self._store.search_text(query)
         if rows is None:
             rows = await self._scan_texts(query)
         return [
@@ -216,6 +205,10 @@ class SessionCatalog(ABC):
             for row in rows
         ]
 
+    async def _revision(self, session_id: str) -> str | None:
+        async with self._lock(session_id):
+            return await self._store.read_revision(session_id)
+
     async def _scan_texts(self, query: TextQuery) -> builtins.list[SearchRow]:
         """Search by reading every log (a store without a text index)."""
         if query.session is not None:
@@ -225,7 +218,7 @@ class SessionCatalog(ABC):
         found: builtins.list[SearchRow] = []
         for session_id in ids:
             async with self._lock(session_id):
-                raw = await self.log_store.read_log(session_id)
+                raw = await self._store.read_log(session_id)
             if raw is None:
                 continue
             try:
@@ -285,14 +278,14 @@ class SessionCatalog(ABC):
         busy = tuple((info.id, "this process writes it") for info in infos if self._in_use(info.id))
         held = {item[0] for item in busy}
         chosen = [info for info in infos if info.id not in held]
-        sizes = await self.log_store.stored_bytes_many([info.id for info in chosen])
+        sizes = await self._store.stored_bytes_many([info.id for info in chosen])
         candidates = tuple(map(PruneCandidate, chosen, sizes))
         plan = PrunePlan(criteria, moment, candidates, skipped=busy)
         if dry_run:
             return plan
-        if not self.log_store.keeps_audit:
+        if not self._store.keeps_audit:
             raise ConfigError(
-                f"the {self.scheme} store keeps no audit log, so prune deletes nothing "
+                f"the {self._store.scheme} store keeps no audit log, so prune deletes nothing "
                 "(every deletion it makes must be on record)"
             )
         # Begun, an executed prune ends whole: every deletion it starts and the record
@@ -304,7 +297,7 @@ class SessionCatalog(ABC):
         and after the last."""
         audit_id = uuid.uuid4().hex
         base = {"action": "prune", "id": audit_id, **who_and_where(), "criteria": criteria}
-        await self.log_store.append_audit(
+        await self._store.append_audit(
             {
                 **base,
                 "phase": "begin",
@@ -328,7 +321,7 @@ class SessionCatalog(ABC):
         done = dataclasses.replace(
             plan, executed=True, deleted=tuple(deleted), skipped=tuple(skipped), audit_id=audit_id
         )
-        await self.log_store.append_audit(
+        await self._store.append_audit(
             {
                 **base,
                 "phase": "end",
@@ -345,20 +338,20 @@ class SessionCatalog(ABC):
         async with self._lock(session_id):
             if self._in_use(session_id):
                 return False
-            if await self.log_store.read_revision(session_id) != revision:
+            if await self._store.read_revision(session_id) != revision:
                 return False
             try:
-                await self.log_store.claim(session_id)  # let go below, even if cancelled
-                if await self.log_store.read_revision(session_id) != revision:
+                await self._store.claim(session_id)  # let go below, even if cancelled
+                if await self._store.read_revision(session_id) != revision:
                     return False
-                return await self.log_store.delete_log(session_id)
+                return await self._store.delete_log(session_id)
             finally:
                 self._forget(session_id)
-                await self.log_store.release(session_id)
+                await self._store.release(session_id)
 
     async def audit(self) -> builtins.list[Mapping[str, Any]]:
         """Return the store's audit log, oldest record first."""
-        return await self.log_store.read_audit()
+        return await self._store.read_audit()
 
     async def reindex(self, session_id: str | None = None) -> ReindexReport:
         """Rebuild the summary and search texts of one stored session, or of all, from
@@ -379,21 +372,22 @@ class SessionCatalog(ABC):
 
     async def _reindex_one(self, session_id: str) -> str | None:
         async with self._lock(session_id):
-            return await uninterrupted(self._reindex_locked(session_id))  # each one whole
+            return await uninterrupted(self.reindex_locked(session_id))  # each one whole
 
-    async def _reindex_locked(self, session_id: str) -> str | None:
-        """Rebuild one session's summary and texts; return why it could not, or None."""
+    async def reindex_locked(self, session_id: str) -> str | None:
+        """Rebuild one session's summary and texts, under its lock (the caller's); return
+        why it could not, or None."""
         for _ in range(3):
-            raw = await self.log_store.read_log(session_id)
+            raw = await self._store.read_log(session_id)
             if raw is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
             try:
                 scan = scan_log(session_id, raw, contiguous_from=0)
             except LedgerError as error:
                 return f"{error.code}: {error}"
-            texts = indexed_texts(scan.events) if self.log_store.indexes_text else []
+            texts = indexed_texts(scan.events) if self._store.indexes_text else []
             summary = summarize(scan.events)
-            if await self.log_store.rewrite_index(scan.header, raw.revision, summary, texts):
+            if await self._store.rewrite_index(scan.header, raw.revision, summary, texts):
                 self._summary_rebuilt(session_id, summary)
                 return None
         return "SEQ_MISMATCH: the log kept changing while it was reindexed"

@@ -6,7 +6,7 @@ summary), how a stored log is read and validated whole, and how it goes live —
 for its writer, its torn tail moved aside and its interrupted turn closed, durably
 (docs/reading.md, "resume and crash repair") — plus ``salvage``, the one way past
 corruption (docs/durability.md, "torn tails and corruption"). Listing, search and
-retention sit below, in ``sessionledger.storage._catalog``.
+retention are a ``sessionledger.storage._catalog.SessionCatalog`` this half holds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import builtins
 import contextlib
 import dataclasses
 import logging
-from abc import abstractmethod
-from collections.abc import AsyncIterator
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from typing import ParamSpec, TypeVar
 
 from sessionledger._errors import ConfigError, CorruptLogError, SeedError, SessionNotFoundError
 from sessionledger._failpoints import failpoint
@@ -44,8 +46,27 @@ from sessionledger.views._summaries import SessionSummary, summarize
 
 logger = logging.getLogger("sessionledger")
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-class ColdLoad(SessionCatalog):
+
+def _weakly(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """*method*, without a strong reference to its object. The catalog the policy holds
+    calls back through these: a reference cycle would keep a dropped policy (and its
+    store's claims and connections) alive until the next garbage collection, instead of
+    letting go at once (docs/durability.md, "one writer per session")."""
+    reference = weakref.WeakMethod(method)
+
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        bound = reference()
+        if bound is None:
+            raise ReferenceError("the policy this catalog served was collected")
+        return bound(*args, **kwargs)
+
+    return call
+
+
+class ColdLoad(ABC):
     """What the policy knows of each session over *store*, and how a stored one goes live.
 
     Operations on one session id are serialized within the process (``_lock``). Each
@@ -64,6 +85,14 @@ class ColdLoad(SessionCatalog):
         self._summaries: dict[str, SessionSummary] = {}  # of the logs this instance writes
         # Who writes each session: this instance's store claims, and their owners.
         self._owners = Owners(store, self, self._created)
+        # Listing, search, prune and reindex: across sessions, under the same locks.
+        self._catalog = SessionCatalog(
+            store,
+            lock=_weakly(self._lock),
+            in_use=_weakly(self._in_use),
+            forget=_weakly(self._forget),
+            summary_rebuilt=_weakly(self._summary_rebuilt),
+        )
 
     @property
     def log_store(self) -> LogStore:
@@ -187,7 +216,7 @@ class ColdLoad(SessionCatalog):
             closers = len(stored.events) - kept
             # A salvage cuts inside the committed region, where summaries and indexes
             # were written: rebuild them from what the log now holds.
-            await self._reindex_locked(session_id)
+            await self._catalog.reindex_locked(session_id)
         return SalvageReport(
             session_id=session_id,
             kept_events=kept,

@@ -7,9 +7,10 @@ stale-writer checks and how each refusal is worded, and per-id serialization. Th
 half is a ``LogStore`` (``sessionledger.storage._logstore``), which only moves records; backends
 implement that and wrap it in a small ``SessionPersistence`` subclass.
 
-The policy is built in layers, each a module: ``catalog`` (listing, search, retention
-across sessions), ``coldload`` (what is known of each session, and how a stored one goes
-live or is salvaged), and this module (writing, reading and letting go of sessions).
+The policy is built in layers, each a module: ``coldload`` (what is known of each
+session, and how a stored one goes live or is salvaged), and this module (writing,
+reading and letting go of sessions). Listing, search and retention across sessions are a
+``catalog.SessionCatalog`` the policy holds and hands those calls to.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ from sessionledger.model._registry import EventTypeRegistry
 from sessionledger.model._session import Clock, Session, SessionHooks
 from sessionledger.storage import _publishing as publishing
 from sessionledger.storage._cancellation import uninterrupted
+from sessionledger.storage._catalog import ReindexReport
 from sessionledger.storage._chunks import pack_chunk_runs
 from sessionledger.storage._coldload import ColdLoad
 from sessionledger.storage._committed import scan_log
 from sessionledger.storage._limits import batch_bounds, checked_sizes
+from sessionledger.storage._listing import SessionInfo, SessionPage, SessionQuery
 from sessionledger.storage._logstore import Batch, LogStore
 from sessionledger.storage._refusals import held_prefix, readable_scan, refusal
+from sessionledger.storage._retention import PrunePlan
 from sessionledger.storage._stored import StoredSession
-from sessionledger.views._searching import indexed_texts
+from sessionledger.views._searching import SearchHit, indexed_texts
 from sessionledger.views._summaries import SessionSummary
 
 
@@ -364,6 +368,75 @@ class SessionPersistence(ColdLoad):
         if session_id in self._created:
             return 0
         return self._cursors.get(session_id)
+
+    # -- across sessions: listing, search, retention (docs/listing.md) -------------------
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """Return the headers of every stored session (created_at, then id)."""
+        return await self._catalog.list()
+
+    async def list_snapshots(self) -> builtins.list[SessionInfo]:
+        """Return header and revision of every stored session (created_at, then id).
+
+        A session written in another format version is left out and logged: one newer
+        session must not make a whole store unlistable.
+        """
+        return await self._catalog.list_snapshots()
+
+    async def list_sessions(self, query: SessionQuery | None = None) -> SessionPage:
+        """Return one page of the stored sessions' summaries (``listing.make_query`` makes
+        *query*; by default every session, most recent activity first). Reads no events,
+        except the log of a session whose stored summary is missing or stale; writes
+        nothing, whatever it finds."""
+        return await self._catalog.list_sessions(query)
+
+    async def search(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session: str | None = None,
+        types: Iterable[str] | None = None,
+    ) -> builtins.list[SearchHit]:
+        """Return the stored events whose message text holds every word of *text*, newest
+        first: from the store's index where it has one, else by reading every log."""
+        return await self._catalog.search(text, limit=limit, session=session, types=types)
+
+    async def prune(
+        self,
+        *,
+        older_than: object = None,
+        keep_last: int | None = None,
+        title: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = True,
+        now: int | None = None,
+    ) -> PrunePlan:
+        """Plan (and, only with ``dry_run=False``, carry out) deleting the sessions whose
+        last activity is older than *older_than* (``"30d"``, a ``timedelta``), beyond
+        the *keep_last* most recently active, among those *title* and *meta* select.
+
+        Nothing is deleted without one of *older_than* and *keep_last*. An executed prune
+        is recorded in the audit log before its first deletion and after its last; a
+        store without an audit log refuses to execute one. A session another writer
+        holds, that changed since the plan or that this instance writes is skipped."""
+        return await self._catalog.prune(
+            older_than=older_than,
+            keep_last=keep_last,
+            title=title,
+            meta=meta,
+            dry_run=dry_run,
+            now=now,
+        )
+
+    async def audit(self) -> builtins.list[Mapping[str, Any]]:
+        """Return the store's audit log, oldest record first."""
+        return await self._catalog.audit()
+
+    async def reindex(self, session_id: str | None = None) -> ReindexReport:
+        """Rebuild the summary and search texts of one stored session, or of all, from
+        their logs (after an index was lost, or to fill one a store gained later)."""
+        return await self._catalog.reindex(session_id)
 
     # -- letting go ---------------------------------------------------------------------
 
