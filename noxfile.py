@@ -130,7 +130,7 @@ SANITIZERS = "-fsanitize=address,undefined -fno-sanitize-recover=all"
 #: failed build would leave the pure-Python path, and a session that checks nothing).
 INSTRUMENTED = (
     "import importlib, pathlib; "
-    "assert importlib.import_module('sessionledger.model._snapshot').ACCELERATED; "
+    "assert importlib.import_module('sessionledger._accelerator').ACCELERATED; "
     "from sessionledger import _freeze; "
     "built = pathlib.Path(_freeze.__file__).read_bytes(); "
     "assert b'__asan_report' in built and b'__ubsan_handle' in built, _freeze.__file__"

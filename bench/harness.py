@@ -299,7 +299,7 @@ def machine() -> dict[str, Any]:
         "git_dirty": bool(status) if status is not None else None,
         "packages": {name: _version(name) for name in PACKAGES},
         # Which form of snapshot's fast path ran (README, "the compiled accelerator").
-        "accelerated": importlib.import_module("sessionledger.model._snapshot").ACCELERATED,
+        "accelerated": importlib.import_module("sessionledger._accelerator").ACCELERATED,
         "command": " ".join(
             ["python", "-m", "bench.run", *sys.argv[1:]]
             if sys.argv and sys.argv[0].endswith(("run.py", "-c"))

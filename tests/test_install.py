@@ -168,9 +168,9 @@ def _fast_path_of(site: Path) -> list[str]:
     """Import the unpacked core in a fresh interpreter; say which fast path it chose."""
     probe = (
         "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
-        "import sessionledger; s = importlib.import_module('sessionledger.model._snapshot'); "
+        "import sessionledger; s = importlib.import_module('sessionledger._accelerator'); "
         "assert sessionledger.__file__.startswith(sys.argv[1]), sessionledger.__file__; "
-        "v = sessionledger.model._snapshot({'a': [1, {'b': 'c'}]}); "
+        "v = sessionledger.snapshot({'a': [1, {'b': 'c'}]}); "
         "print(s.ACCELERATED, type(v).__name__, type(v['a']).__name__)"
     )
     done = subprocess.run(

@@ -36,7 +36,7 @@ from sessionledger.testing.strategies import session_logs
 SAFE = 2**53 - 1
 #: Whether the compiled helpers run: only they untrack what they build (on the pure path
 #: the collector may untrack a tuple of scalars itself, at any collection).
-ACCELERATED = importlib.import_module("sessionledger.model._snapshot").ACCELERATED
+ACCELERATED = importlib.import_module("sessionledger._accelerator").ACCELERATED
 
 
 def run_from_text(text: bytes | memoryview) -> ChunkRun | None:

@@ -184,7 +184,7 @@ def tracked_parts(slot: Any) -> list[Any]:
 def test_the_log_leaves_its_events_and_runs_to_reference_counting() -> None:
     # Neither can be part of a cycle, so a large log costs a full collection nothing
     # (compiled only: Python itself cannot untrack an object).
-    if not importlib.import_module("sessionledger.model._snapshot").ACCELERATED:
+    if not importlib.import_module("sessionledger._accelerator").ACCELERATED:
         pytest.skip("the compiled accelerator is not built or not chosen")
     session = Session.create("s")
     session.append("turn/start", {"turn": 1})

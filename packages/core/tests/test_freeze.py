@@ -227,7 +227,7 @@ def test_a_cycle_is_left_to_the_careful_walk_which_names_it() -> None:
 
 def accelerated() -> None:
     compiled()
-    if not snapshot_module.ACCELERATED:
+    if not importlib.import_module("sessionledger._accelerator").ACCELERATED:
         pytest.skip("the pure-Python fast path was chosen (SESSIONLEDGER_PURE_PYTHON)")
 
 

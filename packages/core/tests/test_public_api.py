@@ -159,7 +159,7 @@ def test_json_value_error_is_a_type_error() -> None:
     assert issubclass(JsonValueError, TypeError)
     assert issubclass(JsonValueError, LedgerError)
     with pytest.raises(TypeError):
-        sessionledger.model._snapshot({1, 2})
+        sessionledger.snapshot({1, 2})
 
 
 def test_session_not_found_is_a_lookup_error() -> None:
