@@ -219,3 +219,17 @@ def test_the_package_docstring_example_runs() -> None:
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_core_readme_maps_every_module_of_the_tree() -> None:
+    """Every internal module of the core's layer folders (and the base) is named in the
+    core README's table, and the table names no module that is gone."""
+    source = ROOT / "packages" / "core" / "src" / "sessionledger"
+    table = (ROOT / "packages" / "core" / "README.md").read_text(encoding="utf-8")
+    table = table.split("## How the core is laid out", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(_[a-z][a-z_]*)`", table))
+    layers = ("model", "views", "plugins", "storage", "runtime")
+    present = {path.stem for layer in layers for path in (source / layer).glob("_[a-z]*.py")}
+    present |= {path.stem for path in source.glob("_[a-z]*.py")} | {"_freeze"}
+    assert present - named == set(), "modules the core README's table does not name"
+    assert named - present - {"_app"} == set(), "named in the table, not in the tree"
