@@ -74,6 +74,7 @@ def run_many(url: str, limit: int, count: int) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 async def test_a_thousand_live_sessions_need_no_descriptor_each(store_url: str) -> None:
     # 1,000 sessions live at once, each holding its claim until close, under a limit of
     # 256 open files.

@@ -383,7 +383,7 @@ class Counted(collections.abc.Coroutine):  # type: ignore[type-arg]
         return self._inner.__await__()
 
 
-@pytest.mark.parametrize("victims", ["caller", "everything"])
+@pytest.mark.parametrize("victims", ["caller", pytest.param("everything", marks=pytest.mark.slow)])
 async def test_close_cancelled_at_any_step_is_finished_by_the_next_close(
     backends: Backends, victims: str, request: pytest.FixtureRequest
 ) -> None:

@@ -123,6 +123,7 @@ def run_on_read_only_media(tmp_path: Path) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_stores_on_read_only_media_can_be_read(tmp_path: Path) -> None:
     result = run_on_read_only_media(tmp_path)
     assert result["files-after"] == result["files"]

@@ -118,6 +118,7 @@ async def test_a_pending_approval_survives_a_clean_close_on_memory(
     await assert_answered(url, "paused", reference[1])
 
 
+@pytest.mark.slow
 async def test_a_pending_approval_survives_a_process_restart(
     store_url: str, tmp_path: Path, reference: tuple[list[Any], list[Any]]
 ) -> None:

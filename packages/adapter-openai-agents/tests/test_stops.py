@@ -78,6 +78,7 @@ async def test_a_clean_stop_at_a_pending_approval_reads_back_as_it_was(
     assert approved[-1]["content"][0]["text"] == "Deployed to prod."  # type: ignore[index]
 
 
+@pytest.mark.slow
 async def test_a_kill_mid_stream_keeps_the_input_and_the_run_carries_on(
     store_url: str, tmp_path: Path
 ) -> None:
