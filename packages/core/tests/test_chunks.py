@@ -11,9 +11,16 @@ import pytest
 from hypothesis import Phase, find, given, settings, strategies as st
 
 from sessionledger._errors import ConfigError, StorageRowError
+from sessionledger.model._eventlog import ChunkRun, EventLog, LogRuns
 from sessionledger.model._events import Replace, SessionEvent
 from sessionledger.model._snapshot import MAX_SAFE_INTEGER, FrozenDict, snapshot, thaw
-from sessionledger.storage._chunks import MIN_RUN, ROW_TYPES, pack_chunk_runs, unpack_record
+from sessionledger.storage._chunks import (
+    MIN_RUN,
+    ROW_TYPES,
+    pack_chunk_runs,
+    unpack_record,
+    unpack_to_log,
+)
 from sessionledger.testing.strategies import chunk_event_batches, json_values, session_logs
 
 M = MAX_SAFE_INTEGER
@@ -789,3 +796,70 @@ def test_batch_strategy_reaches_each_kind_of_record(goal: Any) -> None:
         lambda batch: any(goal(record) for record in pack_chunk_runs(batch)),
         settings=settings(max_examples=2000, database=None, phases=[Phase.generate]),
     )
+
+
+# -- packing from the runs a log holds -------------------------------------------------------
+
+
+def _numbered(batch: list[Any]) -> list[SessionEvent]:
+    """The batch's events with seqs 0, 1, ...: their places in a log."""
+    return [
+        SessionEvent.from_json({**thaw(item.to_json()), "seq": seq})
+        for seq, item in enumerate(batch)
+    ]
+
+
+def _logs(events: list[SessionEvent], cut: int, caps: dict[str, Any]) -> list[EventLog]:
+    """Logs holding *events* the ways a session's log comes to hold them: appended one by
+    one; a copy taken at *cut* and extended (a fork: its runs shared, never extended); and
+    loaded from the records of a capped write, then appended to (stored rows as runs,
+    loose deltas as events)."""
+    appended = EventLog(events)
+    forked = EventLog(events[:cut]).copy()
+    forked.extend(events[cut:])
+    loaded = EventLog()
+    for record in pack_chunk_runs(events[:cut], **caps):
+        decoded = unpack_to_log(json_round_trip(record))
+        loaded.extend_segments([decoded] if type(decoded) is ChunkRun else decoded)
+    loaded.extend(events[cut:])
+    return [appended, forked, loaded]
+
+
+@given(
+    chunk_event_batches(form="events"),
+    st.data(),
+    st.sampled_from([{}, {"max_members": 3}, {"max_members": 4, "max_data_bytes": 60}]),
+)
+def test_packing_from_a_logs_runs_makes_the_same_records(
+    batch: list[Any], data: st.DataObject, caps: dict[str, Any]
+) -> None:
+    events = _numbered(batch)
+    cut = data.draw(st.integers(0, len(events)))
+    start = data.draw(st.integers(0, len(events)))
+    stop = data.draw(st.integers(start, len(events)))
+    window = events[start:stop]
+    expected = orjson.dumps(pack_chunk_runs(window, **caps))
+    for log in _logs(events, cut, {"max_members": 3}):
+        assert list(log) == events
+        assert orjson.dumps(pack_chunk_runs(window, **caps, runs=LogRuns(log))) == expected
+
+
+def test_packing_from_runs_reads_their_texts_and_times_not_the_events() -> None:
+    events = _numbered([event(item) for item in run("text", 5)])
+    log = EventLog(events)
+    # Where the log holds a run, its members are packed, not the events handed over (the
+    # caller vouches they are the same): this is what spares classifying each again.
+    others = _numbered([event(ev(k, 0, td(0, "other"))) for k in range(5)])
+    (row,) = pack_chunk_runs(others, runs=LogRuns(log))
+    assert row["data"]["texts"] == ["t0", "t1", "t2", "t3", "t4"]
+    assert row["data"]["dt"] == [10, 10, 10, 10]
+
+
+def test_a_gap_no_row_can_state_cuts_a_logs_run() -> None:
+    envelopes = [ev(k, time, td(0, f"t{k}")) for k, time in enumerate([-M, -M, -M, M, M, M])]
+    events = _numbered([event(item) for item in envelopes])
+    log = EventLog(events)
+    assert len(list(log.segments())) == 1  # the log keeps one run
+    records = pack_chunk_runs(events, runs=LogRuns(log))
+    assert tags(records) == ["text-chunks", "text-chunks"]
+    assert orjson.dumps(records) == orjson.dumps(pack_chunk_runs(events))

@@ -23,7 +23,8 @@ from sessionledger.model._snapshot import (
 #: The one event type a run holds.
 CHUNK_TYPE: Final = "assistant/chunk"
 
-_TEXT_KINDS: Final = ("text-delta", "reasoning-delta")
+_M: Final = MAX_SAFE_INTEGER
+_TEXT_KINDS: Final = ("text-delta", "reasoning-delta")  # a tuple: tested by ==, never hashed
 _TOOL_KIND: Final = "tool-call-delta"
 
 #: (kind, turn, step, index, call id, name, text): what makes members of one run, and the
@@ -32,17 +33,23 @@ DeltaFields = tuple[str, int, int, int, "str | None", "str | None", str]
 
 
 def delta_fields(data: Any) -> DeltaFields | None:
-    """Return the run fields of an ``assistant/chunk`` event's frozen *data* when it is a
-    delta a run can hold exactly, else None. (Keys may come in any order: a member is
-    rebuilt in the canonical order, as a stored row's members are, docs/formats.md.)"""
-    if type(data) is not FrozenDict or len(data) != 3:
+    """Return the run fields of an ``assistant/chunk`` event's *data* (frozen, or an
+    envelope's plain dict) when it is a delta a run can hold exactly, else None: the one
+    statement of that shape, for the log, the packer and the limits. (Keys may come in
+    any order: a member is rebuilt in the canonical order, as a stored row's members
+    are, docs/formats.md.)"""
+    if (type(data) is not FrozenDict and type(data) is not dict) or len(data) != 3:
         return None
     try:
         chunk, turn, step = data["chunk"], data["turn"], data["step"]
-        if type(chunk) is not FrozenDict or type(turn) is not int or type(step) is not int:
+        if (type(chunk) is not FrozenDict and type(chunk) is not dict) or not (
+            type(turn) is int and type(step) is int
+        ):
             return None
         kind, index = chunk["type"], chunk["index"]
-        if type(index) is not int:
+        if type(index) is not int or not (
+            -_M <= turn <= _M and -_M <= step <= _M and -_M <= index <= _M
+        ):
             return None
         if kind in _TEXT_KINDS:
             text = chunk["text"]
@@ -58,6 +65,18 @@ def delta_fields(data: Any) -> DeltaFields | None:
     if type(call_id) is str and type(text) is str and (name is None or type(name) is str):
         return kind, turn, step, index, call_id, name, text
     return None
+
+
+def delta_chunk(
+    kind: str, index: int, call_id: str | None, name: str | None, text: str
+) -> FrozenDict:
+    """The frozen ``chunk`` of a delta with these fields, in the canonical key order: the
+    one place a member's chunk is built (appended, read from a run or from a row)."""
+    if call_id is None:
+        return FrozenDict(type=kind, index=index, text=text)
+    if name is None:
+        return FrozenDict(type=kind, index=index, id=call_id, argumentsDelta=text)
+    return FrozenDict(type=kind, index=index, id=call_id, name=name, argumentsDelta=text)
 
 
 _KINDS: Final = {kind: kind for kind in (*_TEXT_KINDS, _TOOL_KIND)}
@@ -102,15 +121,9 @@ def pure_freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
         return None
     if type(text) is not str or (not text.isascii() and string_flaw(text)):
         return None
-    if call_id is None:
-        frozen_chunk = FrozenDict(type=kind, index=index, text=text)
-    elif name is None:
-        frozen_chunk = FrozenDict(type=kind, index=index, id=call_id, argumentsDelta=text)
-    else:
-        frozen_chunk = FrozenDict(
-            type=kind, index=index, id=call_id, name=name, argumentsDelta=text
-        )
-    frozen = mark_shallow(FrozenDict(turn=turn, step=step, chunk=frozen_chunk))
+    frozen = mark_shallow(
+        FrozenDict(turn=turn, step=step, chunk=delta_chunk(kind, index, call_id, name, text))
+    )
     return frozen, (kind, turn, step, index, call_id, name, text)
 
 

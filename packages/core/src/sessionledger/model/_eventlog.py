@@ -17,7 +17,7 @@ from itertools import accumulate
 from typing import Any, Final, final, overload
 
 from sessionledger._accelerator import ACCELERATOR, choose
-from sessionledger.model._deltas import CHUNK_TYPE, DeltaFields, delta_fields
+from sessionledger.model._deltas import CHUNK_TYPE, DeltaFields, delta_chunk, delta_fields
 from sessionledger.model._events import SessionEvent, make_event
 from sessionledger.model._snapshot import FrozenDict, mark_shallow, untrack_acyclic
 
@@ -142,6 +142,21 @@ class ChunkRun:
         ends: array[int] = self._ends  # type: ignore[assignment]
         return self._joined[ends[offset - 1] if offset else 0 : ends[offset]]
 
+    def texts_between(self, start: int, stop: int) -> list[str]:
+        """The texts of the members from seq *start* up to (not including) *stop*."""
+        first, last = start - self.seq0, stop - self.seq0
+        texts = self.texts
+        if texts is not None:
+            return list(texts[first:last])
+        joined, ends = self._joined, self._ends
+        assert ends is not None  # a run holds its texts one way or the other
+        begin = ends[first - 1] if first else 0
+        pieces = []
+        for end in ends[first:last]:
+            pieces.append(joined[begin:end])
+            begin = end
+        return pieces
+
     def seal(self, packed: tuple[str, array[int]] | None = None) -> None:
         """Pack the texts of a closed run into one string (nothing changes for readers);
         *packed* is ``pack_texts`` of them when the caller already has it."""
@@ -197,20 +212,7 @@ class ChunkRun:
         offset = seq - self.seq0
         text = self.text(offset)
         time = self.times[offset]
-        if self.call_id is None:
-            chunk = FrozenDict(type=self.kind, index=self.index, text=text)
-        elif self.name is None:
-            chunk = FrozenDict(
-                type=self.kind, index=self.index, id=self.call_id, argumentsDelta=text
-            )
-        else:
-            chunk = FrozenDict(
-                type=self.kind,
-                index=self.index,
-                id=self.call_id,
-                name=self.name,
-                argumentsDelta=text,
-            )
+        chunk = delta_chunk(self.kind, self.index, self.call_id, self.name, text)
         data = mark_shallow(FrozenDict(turn=self.turn, step=self.step, chunk=chunk))
         event = make_event(CHUNK_TYPE, seq, time, data, None, None, False)
         # As acyclic as the run it comes from: a caller that keeps many members (the
@@ -399,7 +401,7 @@ class EventLog(Sequence[SessionEvent]):
             slot = slots[seq]
             yield slot if type(slot) is SessionEvent else slot.member(seq)
 
-    def _walk(self, start: int, stop: int | None) -> Iterator[tuple[int, Slot, int]]:
+    def walk(self, start: int, stop: int | None) -> Iterator[tuple[int, Slot, int]]:
         """Yield ``(seq, slot, until)`` from seq *start* up to *stop*: each event no run
         holds once (``until`` = seq + 1), each run once, from *seq* up to ``until``."""
         slots = self._slots
@@ -413,7 +415,7 @@ class EventLog(Sequence[SessionEvent]):
 
     def iter_from(self, start: int, stop: int | None = None) -> Iterator[SessionEvent]:
         """Yield the events from seq *start* up to *stop* (the end when None)."""
-        for seq, slot, until in self._walk(start, stop):
+        for seq, slot, until in self.walk(start, stop):
             if type(slot) is SessionEvent:
                 yield slot
             else:
@@ -427,7 +429,7 @@ class EventLog(Sequence[SessionEvent]):
 
     def loose(self, start: int = 0) -> Iterator[tuple[int, SessionEvent]]:
         """Yield each event no run holds from seq *start* on, with its place in the log
-        (its seq, in a log built contiguously from 0). The walk of ``_walk``, written
+        (its seq, in a log built contiguously from 0). The walk of ``walk``, written
         out: a restore and a type check take every loose event of a large log."""
         slots = self._slots
         seq, end = max(start, 0), len(slots)
@@ -471,7 +473,7 @@ class EventLog(Sequence[SessionEvent]):
     def segments(self) -> Iterator[Slot]:
         """Yield, in log order, each event no run holds and each run once (a run shared
         with a longer log is cut to this log's length)."""
-        for seq, slot, until in self._walk(0, None):
+        for seq, slot, until in self.walk(0, None):
             if type(slot) is ChunkRun and until < slot.end:
                 run = slot
                 slot = ChunkRun(
@@ -493,6 +495,24 @@ class EventLog(Sequence[SessionEvent]):
 
     def __repr__(self) -> str:
         return f"<EventLog of {len(self._slots)} events>"
+
+
+@final
+class LogRuns:
+    """A read-only window on how a log keeps its events: a writer packs the runs it
+    already holds into rows (``pack_chunk_runs``) without classifying each delta again."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def walk(self, start: int, stop: int | None) -> Iterator[tuple[int, Slot, int]]:
+        """``EventLog.walk``: each event no run holds once, each run once."""
+        return self._log.walk(start, stop)
 
 
 # The compiled loops over a log's slots where the accelerator runs, else None (the methods

@@ -20,7 +20,7 @@ from sessionledger._errors import (
 )
 from sessionledger.model._deltas import CHUNK_TYPE, DeltaFields, freeze_delta
 from sessionledger.model._derive import DerivedMessages, RequestFolds, transcript
-from sessionledger.model._eventlog import ChunkRun, EventLog
+from sessionledger.model._eventlog import ChunkRun, EventLog, LogRuns
 from sessionledger.model._events import (
     SessionEvent,
     SessionHeader,
@@ -483,6 +483,11 @@ class Session:
         """Return a compact copy of the log (an ``EventLog``, docs/reading.md, "memory"):
         what ``events`` holds without building every event, for a restore or a fork."""
         return self._log.copy()
+
+    def runs(self) -> LogRuns:
+        """How the log keeps its events, read-only: a ledger's store packs the delta
+        runs it holds into rows as they are (docs/formats.md, "chunk rows")."""
+        return LogRuns(self._log)
 
     @property
     def surface(self) -> SurfaceManager:

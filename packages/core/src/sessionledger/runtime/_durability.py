@@ -19,6 +19,7 @@ from typing import Final, final
 
 from sessionledger._errors import BacklogFullError
 from sessionledger.model._deltas import DeltaFields
+from sessionledger.model._eventlog import LogRuns
 from sessionledger.model._events import SessionEvent, SessionHeader
 from sessionledger.model._session import Session
 from sessionledger.storage._lifecycle import LoopBinding
@@ -35,7 +36,7 @@ class SessionSink:
     """Write one session's batches as *owner* (its ledger): register its header before
     the first one."""
 
-    __slots__ = ("_created", "_header", "_owner", "_persistence")
+    __slots__ = ("_created", "_header", "_owner", "_persistence", "_runs")
 
     def __init__(
         self,
@@ -44,17 +45,21 @@ class SessionSink:
         *,
         created: bool,
         owner: object | None = None,
+        runs: LogRuns | None = None,
     ) -> None:
         self._persistence = persistence
         self._header = header
         self._created = created
         self._owner = owner
+        self._runs = runs  # the session's log: its batches are packed from its runs
 
     async def __call__(self, batch: list[SessionEvent], sizes: list[int]) -> None:
         if not self._created:
             await self._persistence.create(self._header, owner=self._owner)
             self._created = True
-        await self._persistence.append(self._header.id, batch, sizes=sizes, owner=self._owner)
+        await self._persistence.append(
+            self._header.id, batch, sizes=sizes, owner=self._owner, runs=self._runs
+        )
 
 
 @final
@@ -119,6 +124,7 @@ class Durability:
                 session.header,
                 created=stored_length is not None,
                 owner=self._owner,
+                runs=session.runs(),
             ),
             delay=self._delay,
             label=session.id,

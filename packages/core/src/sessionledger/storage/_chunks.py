@@ -23,15 +23,18 @@ order decodes equal (``==``) but in canonical order.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
-from itertools import accumulate
-from typing import Any, Final, NamedTuple, TypeAlias
+from itertools import accumulate, pairwise
+from operator import itemgetter
+from typing import Any, Final, TypeAlias
 
 import orjson
 
 from sessionledger._accelerator import ACCELERATOR
 from sessionledger._errors import ConfigError, StorageRowError
-from sessionledger.model._eventlog import ChunkRun, pack_texts
+from sessionledger.model._deltas import delta_chunk, delta_fields
+from sessionledger.model._eventlog import ChunkRun, LogRuns, pack_texts
 from sessionledger.model._events import SessionEvent, make_event
 from sessionledger.model._records import ROW_DATA_KEYS, ROW_KEYS, ReasoningRow, TextRow, ToolRow
 from sessionledger.model._snapshot import (
@@ -60,36 +63,27 @@ _ROW_KINDS: Final = {
     REASONING_ROW: (ReasoningRow.MEMBER, "texts"),
     TOOL_ROW: (ToolRow.MEMBER, "args"),
 }
-_TEXT_ROW_OF: Final = {"text-delta": TEXT_ROW, "reasoning-delta": REASONING_ROW}
-_TEXT_DELTAS: Final = ("text-delta", "reasoning-delta")  # a tuple: tested by ==, never hashed
+# Member chunk type -> the tag of its rows.
+_ROW_TAG_OF: Final = {member: tag for tag, (member, _) in _ROW_KINDS.items()}
 # The keys of a row and of its data, from their one declaration (sessionledger.model._records).
 _ROW_KEYS: Final = ROW_KEYS
 _TEXT_DATA_KEYS: Final = ROW_DATA_KEYS["text"]
 _NAMED_TOOL_DATA_KEYS: Final = ROW_DATA_KEYS["tool"]
 _TOOL_DATA_KEYS: Final = _NAMED_TOOL_DATA_KEYS - {"name"}
 
-# What makes members of one run: (tag, turn, step, index) or, for tool calls,
-# (tag, turn, step, index, id, name-or-None). ``name`` is a str when present, so None
-# stands unambiguously for "absent" and a named/unnamed mix never compares equal.
-_RunKey: TypeAlias = tuple[Any, ...]
+# What makes members of one run: a delta's fields but its text, (kind, turn, step,
+# index, call id, name), as ``delta_fields`` states them; ``name`` is a str when present,
+# so None stands unambiguously for "absent" and a named/unnamed mix never compares equal.
+_RunKey: TypeAlias = tuple[str, int, int, int, "str | None", "str | None"]
 _Member: TypeAlias = tuple[_RunKey, int, int, str]
-
-
-class _Run(NamedTuple):
-    """A finished run: its inputs, shared key, first seq and time, gaps and payloads."""
-
-    src: list[Any]
-    key: _RunKey
-    seq0: int
-    time0: int
-    dt: list[int]
-    payload: list[str]
 
 
 def pack_chunk_runs(
     events: Iterable[SessionEvent | Mapping[str, Any]],
     max_members: int | None = None,
     max_data_bytes: int | None = None,
+    *,
+    runs: LogRuns | None = None,
 ) -> list[dict[str, Any]]:
     """Encode one write batch as storage records, packing delta runs into rows.
 
@@ -104,42 +98,114 @@ def pack_chunk_runs(
     that fit; when not even ``MIN_RUN`` members fit, the first member is stored verbatim
     and the cut restarts after it; a tail shorter than ``MIN_RUN`` stays verbatim.
 
+    *runs*, when given, is the in-memory log the events were appended to (their seqs are
+    their places in it): the deltas it already keeps in runs are packed from there, with
+    no event classified again, into the same records.
+
     Inputs must already be valid JSON values; packing validates only what decides
     eligibility. An input whose type is a row tag raises ``StorageRowError``: stored
     verbatim, it would read back as a row.
     """
-    limit = _check_cap("max_members", max_members, MIN_RUN)
-    byte_cap = _check_cap("max_data_bytes", max_data_bytes, 1)
-    out: list[dict[str, Any]] = []
-    src: list[Any] = []  # the inputs of the open run
-    payload: list[str] = []
-    dt: list[int] = []
-    key: _RunKey = ()
-    seq0 = time0 = prev_seq = prev_time = 0
+    packer = _Packer(
+        _check_cap("max_members", max_members, MIN_RUN),
+        _check_cap("max_data_bytes", max_data_bytes, 1),
+    )
+    if runs is not None and type(events) is list and events:
+        first = events[0].seq if type(events[0]) is SessionEvent else None
+        if first is not None and first + len(events) <= len(runs):
+            for seq, slot, until in runs.walk(first, first + len(events)):
+                if type(slot) is ChunkRun:
+                    packer.add_run(slot, seq, until)
+                else:
+                    packer.add(events[seq - first])
+            return packer.finish()
     for event in events:
+        packer.add(event)
+    return packer.finish()
+
+
+class _Packer:
+    """The records of one batch, built as its events arrive: the open run's key, first
+    seq and time, gaps and payloads, and where its members came from (an event, or a
+    stretch of a log's run) for those a cap leaves verbatim."""
+
+    __slots__ = ("byte_cap", "dt", "key", "limit", "out", "payload", "prev_seq",
+                 "prev_time", "seq0", "sources", "time0")  # fmt: skip
+
+    def __init__(self, limit: int | None, byte_cap: int | None) -> None:
+        self.limit, self.byte_cap = limit, byte_cap
+        self.out: list[dict[str, Any]] = []
+        self.key: _RunKey = ("", 0, 0, 0, None, None)
+        self.seq0 = self.time0 = self.prev_seq = self.prev_time = 0
+        self.dt: list[int] = []
+        self.payload: list[str] = []
+        # Each member's source: (its offset in the run, an event or (run, first seq)).
+        self.sources: list[tuple[int, Any]] = []
+
+    def add(self, event: Any) -> None:
+        """Add one input, classifying it."""
         member = _member(event)
         if member is None:
-            if src:
-                _emit_run(out, _Run(src, key, seq0, time0, dt, payload), limit, byte_cap)
-                src, payload, dt = [], [], []
-            out.append(_verbatim(event))
-            continue
-        member_key, seq, time, text = member
-        if src:
-            gap = time - prev_time
-            if member_key == key and seq == prev_seq + 1 and -_M <= gap <= _M:
-                dt.append(gap)
-            else:
-                _emit_run(out, _Run(src, key, seq0, time0, dt, payload), limit, byte_cap)
-                src, payload, dt = [], [], []
-        if not src:
-            key, seq0, time0 = member_key, seq, time
-        src.append(event)
-        payload.append(text)
-        prev_seq, prev_time = seq, time
-    if src:
-        _emit_run(out, _Run(src, key, seq0, time0, dt, payload), limit, byte_cap)
-    return out
+            self.close()
+            self.out.append(_verbatim(event))
+            return
+        key, seq, time, text = member
+        if not self._continues(key, seq, time):
+            self._open(key, seq, time)
+        self.sources.append((len(self.payload), event))
+        self.payload.append(text)
+        self.prev_seq, self.prev_time = seq, time
+
+    def add_run(self, run: ChunkRun, seq: int, until: int) -> None:
+        """Add the members *seq* up to *until* of a log's *run*, as they are: a run holds
+        only deltas of one block, in seq order (``EventLog``)."""
+        times = run.times[seq - run.seq0 : until - run.seq0]
+        gaps = [later - earlier for earlier, later in pairwise(times)]
+        if gaps and (min(gaps) < -_M or max(gaps) > _M):
+            for member in run.members(seq, until):  # a gap no row can state: cut there
+                self.add(member)
+            return
+        key = (run.kind, run.turn, run.step, run.index, run.call_id, run.name)
+        if not self._continues(key, seq, times[0]):
+            self._open(key, seq, times[0])
+        self.sources.append((len(self.payload), (run, seq)))
+        self.dt += gaps
+        self.payload += run.texts_between(seq, until)
+        self.prev_seq, self.prev_time = until - 1, times[-1]
+
+    def _continues(self, key: _RunKey, seq: int, time: int) -> bool:
+        """Tell whether a member with *key*, *seq* and *time* extends the open run (and
+        if so add its gap)."""
+        if not self.payload or key != self.key or seq != self.prev_seq + 1:
+            return False
+        gap = time - self.prev_time
+        if not -_M <= gap <= _M:
+            return False
+        self.dt.append(gap)
+        return True
+
+    def _open(self, key: _RunKey, seq: int, time: int) -> None:
+        self.close()
+        self.key, self.seq0, self.time0 = key, seq, time
+
+    def close(self) -> None:
+        """Emit the open run, if any."""
+        if self.payload:
+            _emit_run(self.out, self, self.limit, self.byte_cap)
+            self.payload, self.dt, self.sources = [], [], []
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.close()
+        return self.out
+
+    def verbatim(self, offset: int) -> Any:
+        """The record storing the open run's member at *offset* as itself."""
+        position = bisect_right(self.sources, offset, key=itemgetter(0)) - 1
+        start, source = self.sources[position]
+        if type(source) is tuple:
+            run, seq = source
+            source = run.member(seq + offset - start)
+        return _verbatim(source)
 
 
 def unpack_record(record: Any) -> list[Any]:
@@ -293,39 +359,10 @@ def _chunk_member(seq: Any, time: Any, data: Any) -> _Member | None:
     """The member of an ``assistant/chunk`` envelope's fields, if it is an eligible delta."""
     if type(seq) is not int or not 0 <= seq <= _M or type(time) is not int or not -_M <= time <= _M:
         return None
-    if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
+    fields = delta_fields(data)
+    if fields is None:
         return None
-    try:
-        turn, step, chunk = data["turn"], data["step"], data["chunk"]
-        if type(chunk) is not dict and type(chunk) is not FrozenDict:
-            return None
-        chunk_type, index = chunk["type"], chunk["index"]
-        if type(turn) is not int or type(step) is not int or type(index) is not int:
-            return None
-        if not (-_M <= turn <= _M and -_M <= step <= _M and -_M <= index <= _M):
-            return None
-        if chunk_type in _TEXT_DELTAS:
-            text = chunk["text"]
-            if len(chunk) != 3 or type(text) is not str:
-                return None
-            return (_TEXT_ROW_OF[chunk_type], turn, step, index), seq, time, text
-        if chunk_type != "tool-call-delta":
-            return None
-        return _tool_member(chunk, (TOOL_ROW, turn, step, index), seq, time)
-    except KeyError:
-        return None
-
-
-def _tool_member(chunk: Any, key: _RunKey, seq: int, time: int) -> _Member | None:
-    """The member of a ``tool-call-delta`` chunk (raises ``KeyError`` for a missing key)."""
-    size = len(chunk)
-    if not 4 <= size <= 5:
-        return None
-    call_id, args = chunk["id"], chunk["argumentsDelta"]
-    name = chunk["name"] if size == 5 else None
-    if type(call_id) is not str or type(args) is not str or (size == 5 and type(name) is not str):
-        return None
-    return (*key, call_id, name), seq, time, args
+    return fields[:6], seq, time, fields[6]
 
 
 def _verbatim(event: Any) -> Any:
@@ -346,25 +383,26 @@ def _verbatim(event: Any) -> Any:
 
 
 def _row_data(key: _RunKey, dt: list[int], payload: list[str]) -> dict[str, Any]:
-    if key[0] != TOOL_ROW:
-        return {"turn": key[1], "step": key[2], "index": key[3], "dt": dt, "texts": payload}
-    data = {"turn": key[1], "step": key[2], "index": key[3], "dt": dt, "id": key[4]}
-    if key[5] is not None:
-        data["name"] = key[5]
+    _, turn, step, index, call_id, name = key
+    if call_id is None:
+        return {"turn": turn, "step": step, "index": index, "dt": dt, "texts": payload}
+    data = {"turn": turn, "step": step, "index": index, "dt": dt, "id": call_id}
+    if name is not None:
+        data["name"] = name
     data["args"] = payload
     return data
 
 
 def _emit_run(
-    out: list[dict[str, Any]], run: _Run, limit: int | None, byte_cap: int | None
+    out: list[dict[str, Any]], run: _Packer, limit: int | None, byte_cap: int | None
 ) -> None:
     """Append the records of one finished run: rows where allowed, the rest verbatim."""
-    src, key, seq0, time0, dt, payload = run
-    n = len(src)
+    key, seq0, time0, dt, payload = run.key, run.seq0, run.time0, run.dt, run.payload
+    n = len(payload)
     if n < MIN_RUN:
-        out.extend(map(_verbatim, src))
+        out.extend(map(run.verbatim, range(n)))
         return
-    tag = key[0]
+    tag = _ROW_TAG_OF[key[0]]
     if limit is None and byte_cap is None:
         out.append({"type": tag, "seq0": seq0, "time0": time0, "data": _row_data(key, dt, payload)})
         return
@@ -384,7 +422,7 @@ def _emit_run(
             if costs is not None:
                 end = _fit(costs, start, end, byte_cap)
                 if end - start < MIN_RUN:
-                    out.append(_verbatim(src[start]))
+                    out.append(run.verbatim(start))
                     if start < n - 1:
                         time += dt[start]
                     start += 1
@@ -394,7 +432,7 @@ def _emit_run(
         out.append({"type": tag, "seq0": seq0 + start, "time0": time, "data": data})
         time += sum(dt[start:end])
         start = end
-    out.extend(map(_verbatim, src[start:]))
+    out.extend(map(run.verbatim, range(start, n)))
 
 
 def _member_costs(
@@ -442,13 +480,13 @@ def _expand_row(
                 "type": _CHUNK,
                 "seq": seq,
                 "time": time,
-                "data": {"turn": turn, "step": step, "chunk": chunk},
+                "data": {"turn": turn, "step": step, "chunk": dict(chunk)},
             }
             for seq, time, chunk in zip(seqs, times, chunks, strict=True)
         ]
     # The read path's members, built frozen directly: the row was validated above, so
     # a second snapshot walk per member would only repeat it.
-    members = [FrozenDict(turn=turn, step=step, chunk=FrozenDict(chunk)) for chunk in chunks]
+    members = [FrozenDict(turn=turn, step=step, chunk=chunk) for chunk in chunks]
     mark_all_shallow(members)
     return [
         make_event(_CHUNK, seq, time, member, None, None, False)
@@ -523,18 +561,10 @@ def _member_times(tag: str, seq0: int, time0: int, dt: Any, n: int) -> list[int]
     return times
 
 
-def _member_chunks(tag: str, chunk_type: str, data: Any, payload: Any) -> list[dict[str, Any]]:
-    """Return the ``chunk`` object of each member of a validated row."""
+def _member_chunks(tag: str, chunk_type: str, data: Any, payload: Any) -> list[FrozenDict]:
+    """Return the frozen ``chunk`` object of each member of a validated row."""
     index = data["index"]
     if tag != TOOL_ROW:
-        return [{"type": chunk_type, "index": index, "text": text} for text in payload]
-    call_id = data["id"]
-    if "name" in data:
-        name = data["name"]
-        return [
-            {"type": chunk_type, "index": index, "id": call_id, "name": name, "argumentsDelta": a}
-            for a in payload
-        ]
-    return [
-        {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": a} for a in payload
-    ]
+        return [delta_chunk(chunk_type, index, None, None, text) for text in payload]
+    call_id, name = data["id"], data.get("name")
+    return [delta_chunk(chunk_type, index, call_id, name, text) for text in payload]

@@ -28,6 +28,7 @@ from sessionledger._errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
+from sessionledger.model._eventlog import EventLog, LogRuns
 from sessionledger.model._events import SessionEvent, SessionHeader
 from sessionledger.model._registry import EventTypeRegistry
 from sessionledger.model._session import Clock, Session, SessionHooks
@@ -131,6 +132,7 @@ class SessionPersistence(ColdLoad):
         *,
         sizes: Sequence[int] | None = None,
         owner: object | None = None,
+        runs: LogRuns | None = None,
     ) -> None:
         """Durably append a contiguous batch as *owner* (default: this object); return
         once it is durable.
@@ -140,7 +142,9 @@ class SessionPersistence(ColdLoad):
         once is written as consecutive batches that each fit (docs/backends.md, "the
         primitives"), and if one of them fails, retrying the same call writes what is
         missing. *sizes* are the events' ``sessionledger.storage._limits.event_bytes``, when the
-        caller has measured them already (a ledger's write-behind has).
+        caller has measured them already (a ledger's write-behind has). *runs* is the
+        in-memory log the events belong to, when the caller has it (``Session.runs``):
+        their rows are packed from the runs it holds.
         """
         writer = self._owners.writer(owner)
         batch = [
@@ -153,7 +157,7 @@ class SessionPersistence(ColdLoad):
             self._owners.refuse_others(session_id, writer)
             # Begun, an append ends whole (a cold load included) and is taken up, whatever
             # the caller cancels (docs/durability.md, "cancellation").
-            await uninterrupted(self._append_locked(session_id, batch, sizes, writer))
+            await uninterrupted(self._append_locked(session_id, batch, sizes, writer, runs))
 
     async def _append_locked(
         self,
@@ -161,6 +165,7 @@ class SessionPersistence(ColdLoad):
         batch: builtins.list[SessionEvent],
         sizes: Sequence[int] | None,
         writer: object,
+        runs: LogRuns | None,
     ) -> None:
         header = self._created.get(session_id)
         creates = header is not None
@@ -192,9 +197,11 @@ class SessionPersistence(ColdLoad):
         summary = self._summaries.get(session_id, SessionSummary())
         if creates:
             async with self._owning(session_id, writer):
-                summary = await self._write_fitting(header, batch, first, True, summary, sizes)
+                summary = await self._write_fitting(
+                    header, batch, first, True, summary, sizes, runs
+                )
         else:
-            summary = await self._write_fitting(header, batch, first, False, summary, sizes)
+            summary = await self._write_fitting(header, batch, first, False, summary, sizes, runs)
         if creates:
             del self._created[session_id]
             self._headers[session_id] = header
@@ -209,6 +216,7 @@ class SessionPersistence(ColdLoad):
         creates: bool,
         summary: SessionSummary,
         sizes: Sequence[int] | None,
+        runs: LogRuns | None,
     ) -> SessionSummary:
         """Write *events* in batches the store can hold; *summary* is the session's before
         them. Return the session's summary after them."""
@@ -216,7 +224,12 @@ class SessionPersistence(ColdLoad):
             part = events[start:end]
             summary = summary.after(part)
             await self._write(
-                header, part, first=first + start, creates=creates and not start, summary=summary
+                header,
+                part,
+                first=first + start,
+                creates=creates and not start,
+                summary=summary,
+                runs=runs,
             )
         return summary
 
@@ -246,8 +259,16 @@ class SessionPersistence(ColdLoad):
         if stored or self._in_use(session_id) or self._owners.holder(session_id) is not None:
             raise SessionExistsError("session already exists", session_id=session_id)
         sizes = checked_sizes(self._store, session_id, log, None)
+        # A log read from a store (an EventLog) is packed from the runs it holds.
+        runs = LogRuns(log) if type(log) is EventLog else None
         batches, summary = publishing.log_batches(
-            header, log, self._batch, sizes, self._store.max_batch_bytes
+            header,
+            log,
+            lambda head, part, first, creates, summary: self._batch(
+                head, part, first, creates, summary, runs
+            ),
+            sizes,
+            self._store.max_batch_bytes,
         )
         try:
             async with self._owning(session_id, writer):
@@ -269,9 +290,11 @@ class SessionPersistence(ColdLoad):
         first: int,
         creates: bool,
         summary: SessionSummary,
+        runs: LogRuns | None = None,
     ) -> None:
         """Write *events*; *summary* is the session's once they are all stored."""
-        if await self._store.write_batch(self._batch(header, events, first, creates, summary)):
+        batch = self._batch(header, events, first, creates, summary, runs)
+        if await self._store.write_batch(batch):
             return
         # Refused: storage does not end where this instance expects. A write whose
         # caller was cancelled (or whose reply was lost) may have landed, and
@@ -284,7 +307,12 @@ class SessionPersistence(ColdLoad):
             return
         if landed:
             await self._write(
-                header, events[landed:], first=first + landed, creates=False, summary=summary
+                header,
+                events[landed:],
+                first=first + landed,
+                creates=False,
+                summary=summary,
+                runs=runs,
             )
             return
         raise refusal(header.id, first, creates=creates, raw=raw, scan=scan)
@@ -296,9 +324,10 @@ class SessionPersistence(ColdLoad):
         first: int,
         creates: bool,
         summary: SessionSummary,
+        runs: LogRuns | None = None,
     ) -> Batch:
         store = self._store
-        records = pack_chunk_runs(events, store.max_row_members, store.max_row_bytes)
+        records = pack_chunk_runs(events, store.max_row_members, store.max_row_bytes, runs=runs)
         texts = indexed_texts(events) if store.indexes_text else ()
         return Batch(header, records, first, first + len(events), creates, summary, texts)
 
