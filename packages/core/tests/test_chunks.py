@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from itertools import pairwise
-from typing import Any
+from typing import Any, Final
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import Phase, find, given, settings, strategies as st
 
 from sessionledger._errors import ConfigError, StorageRowError
+from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger.model._eventlog import ChunkRun, EventLog, LogRuns
 from sessionledger.model._events import Replace, SessionEvent
+from sessionledger.model._records import Envelope, ReasoningRow, TextRow, ToolRow
 from sessionledger.model._snapshot import MAX_SAFE_INTEGER, FrozenDict, snapshot, thaw
 from sessionledger.storage._chunks import (
     MIN_RUN,
@@ -863,3 +866,22 @@ def test_a_gap_no_row_can_state_cuts_a_logs_run() -> None:
     records = pack_chunk_runs(events, runs=LogRuns(log))
     assert tags(records) == ["text-chunks", "text-chunks"]
     assert orjson.dumps(records) == orjson.dumps(pack_chunk_runs(events))
+
+
+# -- the writer follows the declared record shapes ---------------------------------------------
+
+_DECLARED_ROW: Final = msgspec.json.Decoder(TextRow | ReasoningRow | ToolRow)
+_DECLARED_ENVELOPE: Final = msgspec.json.Decoder(Envelope)
+
+
+@given(chunk_event_batches(form="events"), st.sampled_from([{}, {"max_members": 3}]))
+def test_every_record_the_writer_makes_is_its_declared_shape_byte_for_byte(
+    batch: list[Any], caps: dict[str, Any]
+) -> None:
+    """The Structs of ``sessionledger.model._records`` are the one declaration of a record:
+    what the packer writes decodes as one and encodes back to the same bytes (keys, their
+    order and the values' types), rows and envelopes alike."""
+    for record in pack_chunk_runs(batch, **caps):
+        text = jsoncodec.dumps(record)
+        declared = _DECLARED_ROW if record["type"] in ROW_TYPES else _DECLARED_ENVELOPE
+        assert msgspec.json.encode(declared.decode(text)) == text

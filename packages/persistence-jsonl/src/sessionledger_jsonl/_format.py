@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import orjson
+import msgspec
 
 from sessionledger import CorruptLogError, FormatUnsupportedError, LedgerError, SessionHeader
 from sessionledger.model import _jsoncodec as jsoncodec
@@ -68,7 +68,26 @@ FORMAT_KEY: Final = "storageFormat"
 STORAGE_FORMAT: Final = 2
 
 _HEADER_TAG: Final = "session"
+
+
+class CommitFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a commit record states of its batch: the seqs it spans (``first`` up to
+    ``next``), how many lines it has and their CRC-32."""
+
+    first: int
+    next: int
+    records: int
+    crc32: int
+
+
+class CommitRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The line that ends a batch, ``{"commit": {...}}``: written and checked from here."""
+
+    commit: CommitFields
+
+
 _COMMIT: Final = "commit"
+_ENCODE_COMMIT: Final = msgspec.json.Encoder().encode
 #: How each event or row line a writer writes begins. A line that begins so is an object
 #: with a "type" key, whatever follows, so it is never a commit record (an object whose
 #: only key is "commit"): only the lines that begin otherwise are parsed to find batches.
@@ -156,8 +175,8 @@ def frame_batch(
     already in the file before the batch (the header, when the batch is the log's first)."""
     body = prefix + b"".join([jsoncodec.dumps(record) + b"\n" for record in records])
     crc = zlib.crc32(body, zlib.crc32(covered))
-    commit = {"first": first, "next": end, "records": len(records), "crc32": crc}
-    return body + orjson.dumps({_COMMIT: commit}) + b"\n"
+    commit = CommitRecord(CommitFields(first, end, len(records), crc))
+    return body + _ENCODE_COMMIT(commit) + b"\n"
 
 
 def _commit_fields(value: Any) -> Mapping[str, Any] | None:
@@ -172,28 +191,19 @@ def _check(
     fields: Mapping[str, Any], count: int, crc: int
 ) -> tuple[str | None, int | None, int | None]:
     """Return (why the batch is not intact or None, its first seq, its next seq)."""
-    first, end = fields.get("first"), fields.get("next")
-    if (
-        type(first) is not int
-        or type(end) is not int
-        or fields.keys()
-        != {
-            "first",
-            "next",
-            "records",
-            "crc32",
-        }
-    ):
+    try:
+        commit = msgspec.convert(fields, CommitFields)
+    except msgspec.ValidationError:
         return "its commit record is malformed", None, None
-    if fields.get("records") != count:
-        return (
-            f"it holds {count} records, its commit record says {brief(fields.get('records'))}",
-            first,
-            end,
-        )
-    if fields.get("crc32") != crc:
-        return "its checksum does not match its bytes", first, end
-    return None, first, end
+    if commit.records != count:
+        return f"it holds {count} records, its commit record says {commit.records}", *_span(commit)
+    if commit.crc32 != crc:
+        return "its checksum does not match its bytes", *_span(commit)
+    return None, *_span(commit)
+
+
+def _span(commit: CommitFields) -> tuple[int, int]:
+    return commit.first, commit.next
 
 
 def split_batches(
@@ -356,10 +366,10 @@ def committed_end(last_line: bytes) -> int | None:
     """Return the seq after the batch a log's last line commits, or None when that line
     is not a commit record (the log does not end with a complete batch)."""
     fields = _commit_fields(parse_line(last_line))
-    if fields is None or type(fields.get("next")) is not int:
+    try:
+        return None if fields is None else msgspec.convert(fields, CommitFields).next
+    except msgspec.ValidationError:
         return None
-    end: int = fields["next"]
-    return end
 
 
 def quarantine_name(stamp: str) -> str:

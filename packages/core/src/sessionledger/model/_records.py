@@ -54,17 +54,18 @@ class TextRowData(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     texts: list[str]
 
 
-class ToolRowData(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+class ToolRowData(Struct, frozen=True, gc=False, forbid_unknown_fields=True, kw_only=True):
     """The ``data`` of a tool-call row: as a text row's, with the call's id, its name
-    when every member carried one, and the arguments' pieces."""
+    when every member carried one, and the arguments' pieces (in the writer's key
+    order: keyword-only, so the optional name can come before them)."""
 
     turn: Safe
     step: Safe
     index: Safe
     dt: list[Safe]
     id: str
-    args: list[str]
     name: str | UnsetType = UNSET
+    args: list[str]
 
 
 class TextRow(Struct, frozen=True, gc=False, forbid_unknown_fields=True, tag_field="type",

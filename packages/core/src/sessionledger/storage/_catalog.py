@@ -93,15 +93,11 @@ class SessionCatalog:
         self._summary_rebuilt = summary_rebuilt
 
     async def list(self) -> builtins.list[SessionHeader]:
-        """Return the headers of every stored session (created_at, then id)."""
+        """``SessionPersistence.list``."""
         return [info.header for info in await self.list_snapshots()]
 
     async def list_snapshots(self) -> builtins.list[SessionInfo]:
-        """Return header and revision of every stored session (created_at, then id).
-
-        A session written in another format version is left out and logged: one newer
-        session must not make a whole store unlistable.
-        """
+        """``SessionPersistence.list_snapshots``."""
         infos: builtins.list[SessionInfo] = []
         for header_json, revision in await self._store.list_headers():
             header = _listable_header(header_json)
@@ -113,10 +109,8 @@ class SessionCatalog:
     # -- listing, search, retention (docs/listing.md) ---------------------------------
 
     async def list_sessions(self, query: SessionQuery | None = None) -> SessionPage:
-        """Return one page of the stored sessions' summaries (``listing.make_query`` makes
-        *query*; by default every session, most recent activity first). Reads no events,
-        except the log of a session whose stored summary is missing or stale; writes
-        nothing, whatever it finds."""
+        """``SessionPersistence.list_sessions``: the store's own query where it has one,
+        else a selection in memory over every summary."""
         query = query or SessionQuery()
         rows = await self._store.query_sessions(query)
         if rows is None:
@@ -168,8 +162,7 @@ class SessionCatalog:
         session: str | None = None,
         types: Iterable[str] | None = None,
     ) -> builtins.list[SearchHit]:
-        """Return the stored events whose message text holds every word of *text*, newest
-        first: from the store's index where it has one, else by reading every log."""
+        """``SessionPersistence.search``."""
         if type(text) is not str:
             raise QueryError(f"search text must be a string, got {type(text).__name__}")
         query_words = words(text)
@@ -245,14 +238,7 @@ class SessionCatalog:
         dry_run: bool = True,
         now: int | None = None,
     ) -> PrunePlan:
-        """Plan (and, only with ``dry_run=False``, carry out) deleting the sessions whose
-        last activity is older than *older_than* (``"30d"``, a ``timedelta``), beyond
-        the *keep_last* most recently active, among those *title* and *meta* select.
-
-        Nothing is deleted without one of *older_than* and *keep_last*. An executed prune
-        is recorded in the audit log before its first deletion and after its last; a
-        store without an audit log refuses to execute one. A session another writer
-        holds, that changed since the plan or that this instance writes is skipped."""
+        """``SessionPersistence.prune``."""
         if older_than is None and keep_last is None:
             raise QueryError(
                 "prune needs older_than or keep_last: it never deletes every session by default"
@@ -350,12 +336,11 @@ class SessionCatalog:
                 await self._store.release(session_id)
 
     async def audit(self) -> builtins.list[Mapping[str, Any]]:
-        """Return the store's audit log, oldest record first."""
+        """``SessionPersistence.audit``."""
         return await self._store.read_audit()
 
     async def reindex(self, session_id: str | None = None) -> ReindexReport:
-        """Rebuild the summary and search texts of one stored session, or of all, from
-        their logs (after an index was lost, or to fill one a store gained later)."""
+        """``SessionPersistence.reindex``: each session whole, under its lock."""
         if session_id is None:
             ids = [info.header.id for info in await self.list_snapshots()]
         else:

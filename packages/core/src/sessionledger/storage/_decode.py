@@ -92,6 +92,16 @@ def _event(envelope: Envelope) -> SessionEvent | None:
     )
 
 
+def _follows(item: Decoded | None, expected: int) -> int:
+    """The seq expected after *item* when it was decoded and begins at *expected* (the
+    log stays contiguous), else -1: the rules take that record."""
+    if item is None:
+        return -1
+    if type(item) is ChunkRun:
+        return item.end if item.seq0 == expected else -1
+    return expected + 1 if item.seq == expected else -1
+
+
 def decode_text(text: bytes | memoryview, row: bool | None = None) -> Decoded | None:
     """The event or run of one record's JSON *text* in the writer's form, else None.
     *row* says whether the text begins as a row does (None: look)."""
@@ -112,7 +122,7 @@ def decode_lines(
     ``starts[k]``, -1 for a record of its own) into *taken* while each is in the writer's
     form and its first seq is *expected*; return where it stopped and the seq expected
     there. The rules take the record it stopped at."""
-    view, find, begins = memoryview(data), data.find, data.startswith
+    view, find, begins, follows = memoryview(data), data.find, data.startswith, _follows
     append, rows, envelopes = taken.append, _ROWS.decode, _ENVELOPES.decode
     while index < stop:
         first = starts[index]
@@ -129,17 +139,11 @@ def decode_lines(
                 item = _event(envelopes(view[first:end]))
         except _REFUSED:
             break
-        if item is None:
+        after = follows(item, expected)
+        if after < 0:
             break
-        if type(item) is ChunkRun:
-            if item.seq0 != expected:
-                break
-            expected = item.end
-        elif item.seq != expected:
-            break
-        else:
-            expected += 1
         append(item)
+        expected = after
         index += 1
     return index, expected
 
@@ -149,21 +153,15 @@ def decode_records(
 ) -> tuple[int, int]:
     """``decode_lines`` for records handed over as JSON text (``RawRecord.of_text``); it
     stops at a record handed over parsed, too."""
-    append = taken.append
+    append, follows = taken.append, _follows
     while index < stop:
         text = records[index].text
         item = None if text is None else decode_text(text)
-        if item is None:
+        after = follows(item, expected)
+        if after < 0:
             break
-        if type(item) is ChunkRun:
-            if item.seq0 != expected:
-                break
-            expected = item.end
-        elif item.seq != expected:
-            break
-        else:
-            expected += 1
         append(item)
+        expected = after
         index += 1
     return index, expected
 
