@@ -88,6 +88,7 @@ class CommitRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 _COMMIT: Final = "commit"
 _ENCODE_COMMIT: Final = msgspec.json.Encoder().encode
+_DECODE_COMMIT: Final = msgspec.json.Decoder(CommitRecord).decode
 #: How each event or row line a writer writes begins. A line that begins so is an object
 #: with a "type" key, whatever follows, so it is never a commit record (an object whose
 #: only key is "commit"): only the lines that begin otherwise are parsed to find batches.
@@ -180,6 +181,8 @@ def frame_batch(
 
 
 def _commit_fields(value: Any) -> Mapping[str, Any] | None:
+    """The fields of a parsed line that is shaped as a commit record at its top (an
+    object whose one key is "commit", holding an object), else None."""
     if type(value) is dict and len(value) == 1:
         fields = value.get(_COMMIT)
         if type(fields) is dict:
@@ -188,22 +191,20 @@ def _commit_fields(value: Any) -> Mapping[str, Any] | None:
 
 
 def _check(
-    fields: Mapping[str, Any], count: int, crc: int
+    fields: CommitFields | None, count: int, crc: int
 ) -> tuple[str | None, int | None, int | None]:
-    """Return (why the batch is not intact or None, its first seq, its next seq)."""
-    try:
-        commit = msgspec.convert(fields, CommitFields)
-    except msgspec.ValidationError:
+    """Return (why the batch is not intact or None, its first seq, its next seq) for a
+    batch of *count* lines with checksum *crc* and its commit record's *fields* (None for
+    a malformed one)."""
+    if fields is None:
         return "its commit record is malformed", None, None
-    if commit.records != count:
-        return f"it holds {count} records, its commit record says {commit.records}", *_span(commit)
-    if commit.crc32 != crc:
-        return "its checksum does not match its bytes", *_span(commit)
-    return None, *_span(commit)
-
-
-def _span(commit: CommitFields) -> tuple[int, int]:
-    return commit.first, commit.next
+    if fields.records != count:
+        problem: str | None = f"it holds {count} records, its commit record says {fields.records}"
+    elif fields.crc32 != crc:
+        problem = "its checksum does not match its bytes"
+    else:
+        problem = None
+    return problem, fields.first, fields.next
 
 
 def split_batches(
@@ -269,15 +270,19 @@ class _Split:
         that does not begin as a record line does: a commit record, or damage."""
         records, batches = self.records, self.batches
         line = self.view[position:end_at]
-        value = parse_line(line)
-        fields = _commit_fields(value)
-        if fields is None:
-            records.add(RawRecord(value, position, f"line {number}", number))
-            return
+        fields: CommitFields | None
+        try:
+            fields = _DECODE_COMMIT(line).commit
+        except msgspec.DecodeError:  # a malformed commit record, or no commit record
+            value = parse_line(line)
+            if _commit_fields(value) is None:
+                records.add(RawRecord(value, position, f"line {number}", number))
+                return
+            fields = None
         first_record = self.first_record
         pending = len(records) - first_record
-        counted = fields.get("records")
-        ours = counted if type(counted) is int and 0 <= counted <= pending else pending
+        counted = pending if fields is None else fields.records
+        ours = counted if 0 <= counted <= pending else pending
         split = len(records) - ours  # where the lines this commit record counts begin
         begin = records.position(split) if ours else position
         # Only a batch that starts right after the header has it in its checksum.
@@ -345,7 +350,7 @@ def _header_crcs(view: memoryview, body: int) -> tuple[int, int | None]:
 
 
 def _checked(
-    fields: Mapping[str, Any],
+    fields: CommitFields | None,
     count: int,
     lines: memoryview,
     header_crcs: tuple[int, int | None],
@@ -365,10 +370,9 @@ def _checked(
 def committed_end(last_line: bytes) -> int | None:
     """Return the seq after the batch a log's last line commits, or None when that line
     is not a commit record (the log does not end with a complete batch)."""
-    fields = _commit_fields(parse_line(last_line))
     try:
-        return None if fields is None else msgspec.convert(fields, CommitFields).next
-    except msgspec.ValidationError:
+        return _DECODE_COMMIT(last_line).commit.next
+    except msgspec.DecodeError:
         return None
 
 
