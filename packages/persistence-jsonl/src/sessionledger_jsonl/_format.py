@@ -279,15 +279,25 @@ class _Split:
                 records.add(RawRecord(value, position, f"line {number}", number))
                 return
             fields = None
-        first_record = self.first_record
-        pending = len(records) - first_record
+        first_record, count = self.first_record, len(records)
+        pending = count - first_record
         counted = pending if fields is None else fields.records
         ours = counted if 0 <= counted <= pending else pending
-        split = len(records) - ours  # where the lines this commit record counts begin
+        split = count - ours  # where the lines this commit record counts begin
         begin = records.position(split) if ours else position
         # Only a batch that starts right after the header has it in its checksum.
         view, crcs = self.view, self.header_crcs
-        problem, first, end = _checked(fields, ours, view[begin:position], crcs, begin == self.body)
+        with_header = begin == self.body
+        if (
+            fields is not None
+            and fields.records == ours
+            and fields.crc32 == zlib.crc32(view[begin:position], crcs[0] if with_header else 0)
+        ):  # the common case, an intact batch: _checked, written out
+            problem: str | None = None
+            first: int | None = fields.first
+            end: int | None = fields.next
+        else:
+            problem, first, end = _checked(fields, ours, view[begin:position], crcs, with_header)
         if problem is None and split > first_record:
             # Lines no commit record accounts for, before an intact batch: damage.
             label = f"lines {self.first_line}-{records.line(split - 1)}"
@@ -305,10 +315,8 @@ class _Split:
                 fields, pending, view[self.start : position], crcs, not batches
             )
         label = f"batch {len(batches) + 1} (lines {self.first_line}-{number})"
-        batches.append(
-            RawBatch(split, len(records), begin, label, problem, first, end, self.first_line)
-        )
-        self.start, self.first_record, self.first_line = end_at + 1, len(records), number + 1
+        batches.append(RawBatch(split, count, begin, label, problem, first, end, self.first_line))
+        self.start, self.first_record, self.first_line = end_at + 1, count, number + 1
 
     def finish(self, limit: int, number: int) -> tuple[LineRecords, list[RawBatch]]:
         """Take what follows the last complete line (*limit*, line *number*) and return the
