@@ -7,6 +7,7 @@ modules under it are internal. The first-party backends import only from here, f
 ``sessionledger`` and from ``sessionledger.testing``.
 """
 
+from sessionledger.model._eventlog import LogRuns
 from sessionledger.model._jsoncodec import dumps, loads
 from sessionledger.storage._cancellation import in_thread, uninterrupted
 from sessionledger.storage._claims import Claims
@@ -67,6 +68,7 @@ __all__ = [
     "IndexedText",
     "LineRecords",
     "LogStore",
+    "LogRuns",
     "MemoryPersistence",
     "RawBatch",
     "RawLog",
