@@ -553,7 +553,9 @@ async def test_jsonl_io_errors_keep_the_batch_and_write_it_once(
 
 class FaultyConnection:
     """Wrap the backend's aiosqlite connection; make chosen commits fail: an explicit
-    ``COMMIT`` of a write transaction, or an append's single INSERT (autocommit).
+    ``COMMIT`` of a write transaction, or an append's single INSERT (autocommit), whether
+    the store runs it through the connection's async methods or hands its thread a whole
+    transaction (``_conn``, the sqlite3 connection that thread uses, is wrapped too).
 
     ``landed=False``: the commit is refused (rolled back), as on an I/O error;
     ``landed=True``: the commit happens, then the call reports an error anyway (a lost
@@ -575,23 +577,53 @@ class FaultyConnection:
     def in_transaction(self) -> bool:
         return bool(self._connection.in_transaction)
 
-    async def execute_fetchall(self, sql: str, *args: Any) -> Any:
+    @property
+    def _conn(self) -> Any:
+        return _FaultySqlite(self._connection._conn, self)
+
+    def fails(self, sql: str, in_transaction: bool) -> bool:
+        """Count *sql* if it commits; tell whether this commit is to fail."""
         if sql.startswith("BEGIN"):
             self._writing = sql == "BEGIN IMMEDIATE"
         commits = (sql == "COMMIT" and self._writing) or (
             # schema v1 appended into events, v2 into the batch_rows view
-            sql.startswith(("INSERT INTO events", "INSERT INTO batch_rows"))
-            and not self._connection.in_transaction
+            sql.startswith(("INSERT INTO events", "INSERT INTO batch_rows")) and not in_transaction
         )
-        if commits and self.active:
-            self.commits += 1
-            if self.commits in self._fail_on:
-                if self._landed:
-                    await self._connection.execute_fetchall(sql, *args)
-                error = sqlite3.OperationalError("disk I/O error")
-                error.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
-                raise error
+        if not (commits and self.active):
+            return False
+        self.commits += 1
+        return self.commits in self._fail_on
+
+    def io_error(self) -> sqlite3.OperationalError:
+        error = sqlite3.OperationalError("disk I/O error")
+        error.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
+        return error
+
+    async def execute_fetchall(self, sql: str, *args: Any) -> Any:
+        if self.fails(sql, self._connection.in_transaction):
+            if self._landed:
+                await self._connection.execute_fetchall(sql, *args)
+            raise self.io_error()
         return await self._connection.execute_fetchall(sql, *args)
+
+
+class _FaultySqlite:
+    """The sqlite3 connection under a ``FaultyConnection``, as its thread uses it."""
+
+    def __init__(self, connection: sqlite3.Connection, faults: FaultyConnection) -> None:
+        self._connection = connection
+        self._faults = faults
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._connection.in_transaction
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if self._faults.fails(sql, self._connection.in_transaction):
+            if self._faults._landed:
+                self._connection.execute(sql, *args)
+            raise self._faults.io_error()
+        return self._connection.execute(sql, *args)
 
 
 @pytest.mark.parametrize("landed", [False, True], ids=["refused", "landed-but-reported-failed"])

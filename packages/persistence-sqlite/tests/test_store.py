@@ -30,6 +30,7 @@ from sessionledger import (
     SessionHeader,
     SessionLockedError,
     SessionNotFoundError,
+    user_message,
 )
 from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger.model._repair import TOOL_OUTCOME_UNKNOWN
@@ -933,3 +934,62 @@ def test_a_new_database_and_its_new_parents_are_durable_before_the_first_commit(
         assert ("sync", os.path.dirname(directory)) in calls[at:first_data_sync], directory
     created = calls.index(("create", str(database)))
     assert ("sync", str(database.parent)) in calls[created:first_data_sync]
+
+
+# -- a write costs one hop to the connection's thread ------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["message", "deltas", "long-batch"])
+async def test_a_flush_hands_the_connection_thread_its_whole_transaction_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Each statement handed to aiosqlite's thread is one wake-up of the event loop; a
+    flush hands it the whole write (begin, rows, texts and their index, commit) in one."""
+    store = store_at(tmp_path / "hops.db")
+    async with Ledger(persistence=store, write_delay_ms=3_600_000) as ledger:
+        session = ledger.create("hops")
+        session.append("user/message", user_message("first", id="u0"), surface_op="append")
+        await ledger.flush(session)  # creates the session
+        db = store.log_store.connection
+        assert db is not None
+        calls: list[Any] = []
+        statements: list[str] = []
+        queue = db._execute
+
+        def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(fn)
+            return queue(fn, *args, **kwargs)
+
+        monkeypatch.setattr(db, "_execute", counted)
+        await db.set_trace_callback(statements.append)
+        calls.clear()
+        if kind == "message":
+            message = user_message("searchable words", id="u1")
+            session.append("user/message", message, surface_op="append")
+        elif kind == "deltas":
+            session.append("turn/start", {"turn": 1})
+            session.append("step/start", {"turn": 1, "step": 1})
+            for k in range(5):
+                chunk = {"type": "text-delta", "index": 0, "text": f"t{k}"}
+                session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": chunk})
+        else:  # more rows than one INSERT of the batch view takes: statement by statement
+            for k in range(700):
+                message = user_message(f"message {k}", id=f"m{k}")
+                session.append("user/message", message, surface_op="append")
+        await ledger.flush(session)
+        assert len(calls) == 1
+        await db.set_trace_callback(None)
+        monkeypatch.undo()
+        if kind != "deltas":
+            assert statements[0] == "BEGIN IMMEDIATE"
+            assert statements[-1] == "COMMIT"
+            assert any(sql.startswith("INSERT INTO search_index") for sql in statements)
+        hits = await store.search("searchable" if kind == "message" else "message")
+        assert hits or kind == "deltas"
+    reopened = store_at(tmp_path / "hops.db")
+    try:
+        stored = await reopened.inspect("hops")
+        # What was flushed reads back exactly (an inspect may add closers after it).
+        assert list(stored.events[: len(session.events)]) == list(session.events)
+    finally:
+        await reopened.close()

@@ -16,17 +16,18 @@ import sqlite3
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncIterator
-from typing import Final, Literal, final
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final, Literal, final
 
 import aiosqlite
 
 from sessionledger import ConfigError, LedgerError
+from sessionledger._failpoints import failpoint
 from sessionledger.storage import in_thread, uninterrupted
 from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
 
-__all__ = ["Refused", "StoreConnection"]
+__all__ = ["Refused", "Statement", "StoreConnection"]
 
 
 class Refused(Exception):
@@ -72,6 +73,37 @@ async def _settle(db: aiosqlite.Connection) -> None:
         break
     if cancelled is not None:
         raise cancelled
+
+
+#: One statement and the values it binds.
+Statement = tuple[str, Sequence[Any]]
+
+
+def _transact(
+    connection: sqlite3.Connection,
+    begin: str | None,
+    statements: Sequence[Statement],
+    points: tuple[str | None, str | None],
+) -> None:
+    """Run *statements* (after *begin*, then ``COMMIT``, when given) on the connection's
+    own thread, in one call: a rollback on any error, the failpoints *points* (after the
+    begin, before the commit) between them, as the store hits them on every path."""
+    try:
+        if begin is not None:
+            connection.execute(begin)
+        if points[0] is not None:
+            failpoint(points[0])
+        for sql, values in statements:
+            connection.execute(sql, values).fetchall()
+        if points[1] is not None:
+            failpoint(points[1])
+        if begin is not None:
+            connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+        raise
 
 
 @final
@@ -209,6 +241,27 @@ class StoreConnection:
             await db.execute_fetchall(begin)
             yield db
             await db.execute_fetchall("COMMIT")
+
+    async def run(
+        self,
+        session_id: str | None,
+        begin: str | None,
+        statements: Sequence[Statement],
+        points: tuple[str | None, str | None],
+    ) -> None:
+        """Run *statements* as one transaction (*begin*, e.g. ``BEGIN IMMEDIATE``; None:
+        one statement that commits on its own) in one hop to the connection's thread:
+        a write costs one wake-up of the event loop, not one per statement. Cancelled,
+        it still ends whole on that thread, committed or rolled back (the policy then
+        tells which from storage). *points* are its failpoints (after the begin, before
+        the commit)."""
+        async with self._lent(session_id) as db:
+            # aiosqlite runs each call it is given on its thread in order; ``_execute``
+            # is that queue (every public method of aiosqlite goes through it), and the
+            # one way to hand the thread more than one statement at once.
+            await db._execute(  # type: ignore[no-untyped-call]
+                _transact, db._conn, begin, statements, points
+            )
 
     @contextlib.asynccontextmanager
     async def _lent(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:

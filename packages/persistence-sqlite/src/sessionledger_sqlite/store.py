@@ -58,6 +58,8 @@ from sessionledger_sqlite.reading import (
 __all__ = ["MEMORY", "SqliteLogStore", "SqlitePersistence"]
 
 
+#: How a write's transaction begins: it takes the write lock at once.
+_BEGIN: Final = "BEGIN IMMEDIATE"
 _SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
 _SELECT_HEADERS: Final = (
     f"SELECT {HEADER_COLUMNS}, incarnation, revision FROM sessions ORDER BY created_at, id"
@@ -213,23 +215,18 @@ class SqliteLogStore(LogStore):
         return True
 
     async def _append(self, session_id: str, append: writing.Append) -> None:
-        """Run the statements of a batch that continues the stored log."""
+        """Run the statements of a batch that continues the stored log, in one hop to
+        the connection's thread."""
         if append.one_statement and len(append.statements) == 1:
-            # The common append with no text to index: one statement, one round trip,
-            # committed on its own.
-            async with self._connections.writing(session_id) as db:
-                failpoint("sqlite.write.before-statement")
-                await _run(db, append.statements)
+            # The common append with no text to index: one statement, committed on its own.
+            points: tuple[str | None, str | None] = ("sqlite.write.before-statement", None)
+            await self._connections.run(session_id, None, append.statements, points)
         elif append.one_statement:
-            async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
-                failpoint("sqlite.write.before-statement")
-                await _run(db, append.statements)
-                failpoint("sqlite.write.before-commit")
+            points = ("sqlite.write.before-statement", "sqlite.write.before-commit")
+            await self._connections.run(session_id, _BEGIN, append.statements, points)
         else:
-            async with self._connections.transaction("BEGIN IMMEDIATE", session_id) as db:
-                failpoint("sqlite.write.after-begin")
-                await _run(db, append.statements)
-                failpoint("sqlite.write.before-commit")
+            points = ("sqlite.write.after-begin", "sqlite.write.before-commit")
+            await self._connections.run(session_id, _BEGIN, append.statements, points)
 
     async def write_log(self, batches: Sequence[Batch], check: Callable[[RawLog], None]) -> bool:
         """Insert the whole log in one transaction (statements of at most a few hundred
