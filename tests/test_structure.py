@@ -241,6 +241,14 @@ def _own_attributes(tree: ast.Module) -> set[str]:
 
 #: Standard-library names that start with an underscore yet are documented public API.
 _DOCUMENTED_DESPITE_UNDERSCORE = frozenset({"os._exit"})
+#: Underscored names of a third-party library reached on purpose, each with why. A new
+#: entry is a deliberate act: the code falls back to public methods when the name is gone.
+THIRD_PARTY_REACHES: dict[str, str] = {
+    "db._execute": "aiosqlite's queue to its thread, through which every public method "
+    "runs: the one way to hand the thread a whole transaction in one hop "
+    "(sessionledger_sqlite.connection, StoreConnection.run; figure 7)",
+    "db._conn": "the sqlite3 connection aiosqlite's thread serves, used only on that thread",
+}
 
 
 def test_no_module_touches_another_modules_private_attributes() -> None:
@@ -255,7 +263,7 @@ def test_no_module_touches_another_modules_private_attributes() -> None:
                 continue
             if node.attr in own:
                 continue  # a private name of this module's own classes
-            if ast.unparse(node) in _DOCUMENTED_DESPITE_UNDERSCORE:
+            if ast.unparse(node) in _DOCUMENTED_DESPITE_UNDERSCORE | THIRD_PARTY_REACHES.keys():
                 continue
             found.append(f"{module.name}:{node.lineno} reaches {ast.unparse(node)}")
     assert found == [], "\n".join(found)

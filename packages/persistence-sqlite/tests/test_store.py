@@ -993,3 +993,59 @@ async def test_a_flush_hands_the_connection_thread_its_whole_transaction_at_once
         assert list(stored.events[: len(session.events)]) == list(session.events)
     finally:
         await reopened.close()
+
+
+class _PublicOnly:
+    """An aiosqlite connection as one without its underscored internals would look."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self.hops: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._connection, name)
+
+    async def execute_fetchall(self, sql: str, *args: Any) -> Any:
+        self.hops.append(sql)
+        return await self._connection.execute_fetchall(sql, *args)
+
+
+async def test_without_aiosqlites_internals_a_write_goes_statement_by_statement(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path / "steps.db")
+    async with Ledger(persistence=store, write_delay_ms=3_600_000) as ledger:
+        session = ledger.create("steps")
+        session.append("user/message", user_message("first", id="u0"), surface_op="append")
+        await ledger.flush(session)
+        connections = store.log_store._connections
+        db = connections.db
+        assert db is not None
+        statements: list[str] = []
+        await db.set_trace_callback(statements.append)
+        public = _PublicOnly(db)
+        connections._db = public  # type: ignore[assignment]
+        try:
+            message = user_message("searchable words", id="u1")
+            session.append("user/message", message, surface_op="append")
+            await ledger.flush(session)
+        finally:
+            connections._db = db
+        await db.set_trace_callback(None)
+        assert [sql.split(" (")[0] for sql in public.hops] == [
+            "BEGIN IMMEDIATE",
+            "INSERT INTO batch_rows",
+            "INSERT INTO search_index",
+            "COMMIT",
+        ]
+        assert statements[0] == "BEGIN IMMEDIATE"
+        assert statements[-1] == "COMMIT"
+        assert [hit.seq for hit in await store.search("searchable")] == [1]
+    reopened = store_at(tmp_path / "steps.db")
+    try:
+        stored = await reopened.inspect("steps")
+        assert list(stored.events[: len(session.events)]) == list(session.events)
+    finally:
+        await reopened.close()

@@ -106,6 +106,26 @@ def _transact(
         raise
 
 
+async def _in_steps(
+    db: aiosqlite.Connection,
+    begin: str | None,
+    statements: Sequence[Statement],
+    points: tuple[str | None, str | None],
+) -> None:
+    """``_transact`` through aiosqlite's public methods, one hop per statement (the
+    caller's ``_lent`` rolls back what an error or a cancellation leaves open)."""
+    if begin is not None:
+        await db.execute_fetchall(begin)
+    if points[0] is not None:
+        failpoint(points[0])
+    for sql, values in statements:
+        await db.execute_fetchall(sql, values)
+    if points[1] is not None:
+        failpoint(points[1])
+    if begin is not None:
+        await db.execute_fetchall("COMMIT")
+
+
 @final
 class StoreConnection:
     """The connections of one ``SqliteLogStore``: lent for a read snapshot, for statements
@@ -256,12 +276,16 @@ class StoreConnection:
         tells which from storage). *points* are its failpoints (after the begin, before
         the commit)."""
         async with self._lent(session_id) as db:
-            # aiosqlite runs each call it is given on its thread in order; ``_execute``
-            # is that queue (every public method of aiosqlite goes through it), and the
-            # one way to hand the thread more than one statement at once.
-            await db._execute(  # type: ignore[no-untyped-call]
-                _transact, db._conn, begin, statements, points
-            )
+            # aiosqlite runs each call it is given on its thread, in order, through
+            # ``Connection._execute`` (every public method goes through it), on the
+            # sqlite3 connection ``_conn``: it has no public way to hand the thread more
+            # than one statement at once (tests/test_structure.py, THIRD_PARTY_REACHES).
+            try:
+                queue, connection = db._execute, db._conn
+            except AttributeError:  # an aiosqlite without them: one hop per statement
+                await _in_steps(db, begin, statements, points)
+            else:
+                await queue(_transact, connection, begin, statements, points)  # type: ignore[no-untyped-call]
 
     @contextlib.asynccontextmanager
     async def _lent(self, session_id: str | None) -> AsyncIterator[aiosqlite.Connection]:
