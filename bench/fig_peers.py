@@ -5,6 +5,8 @@ and printed), on the same machine, in the same run, interleaved:
 
 - ``sessionledger`` SQLite, append + ``await ledger.flush`` per message;
 - ``sessionledger`` SQLite, batched: a flush per exchange (user message + reply);
+- the floor: raw aiosqlite, the same envelopes as rows of the backend's ``events`` layout,
+  ``INSERT`` + ``COMMIT`` per message (figure 4's floor, on this workload);
 - ``openai-agents`` ``SQLiteSession.add_items`` per message, and per exchange;
 - ``langgraph-checkpoint-sqlite`` ``AsyncSqliteSaver.aput``: one checkpoint per message
   holding the growing message list (LangChain messages, the saver's own serializer), which
@@ -32,7 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Figure, Section, Settings, format_bytes, measure, paired
-from bench.stores import disk_size, scratch
+from bench.stores import (
+    RAW_INSERT,
+    SESSION_ID,
+    disk_size,
+    envelopes,
+    open_raw_sqlite,
+    raw_row,
+    scratch,
+)
 from bench.workloads import Op, chat_ops, chat_texts
 from sessionledger import Ledger
 from sessionledger_sqlite import SqlitePersistence
@@ -88,6 +98,25 @@ def _sessionledger(ops: list[Op], per: int) -> Writer:
                 await flush(session)
             clock.tick(done)
         await ledger.close()
+        return clock.out
+
+    return write
+
+
+def _raw_floor(ops: list[Op]) -> Writer:
+    items = envelopes(ops)
+
+    async def write(path: Path, marks: Sequence[int]) -> Marks:
+        db = await open_raw_sqlite(path)  # WAL, synchronous=FULL; created untimed
+        try:
+            last = max(marks)
+            clock = _Clock(marks)
+            for done, item in enumerate(items[:last], 1):
+                await db.execute(RAW_INSERT, raw_row(SESSION_ID, item))
+                await db.commit()
+                clock.tick(done)
+        finally:
+            await db.close()
         return clock.out
 
     return write
@@ -241,6 +270,7 @@ async def _pragmas(root: Path) -> dict[str, str]:
 _LABELS = {
     "sl": "sessionledger SQLite, flush per message",
     "sl-batch": "sessionledger SQLite, flush per exchange",
+    "raw": "raw aiosqlite INSERT + COMMIT per message",
     "oa": "openai-agents SQLiteSession, add_items per message",
     "oa-batch": "openai-agents SQLiteSession, add_items per exchange",
     "lg": "LangGraph AsyncSqliteSaver, a checkpoint per message",
@@ -259,6 +289,7 @@ def run(settings: Settings) -> tuple[list[Figure], list[Section]]:
     writers: dict[str, Writer] = {
         "sl": _sessionledger(ops, 1),
         "sl-batch": _sessionledger(ops, 2),
+        "raw": _raw_floor(ops),
         "oa": _openai_agents(texts, 1),
         "oa-batch": _openai_agents(texts, 2),
         "lg": _langgraph_saver(texts),
@@ -301,12 +332,15 @@ def _report(
     last = max(marks)
     figures = []
     # LangGraph writes a checkpoint per message either way; openai-agents can batch like
-    # sessionledger, so its batched form is compared with sessionledger's.
+    # sessionledger, so its batched form is compared with sessionledger's. At equal
+    # durability, a flush per message is to cost no more than the SDK's add_items and no
+    # more than 1.25 times the raw floor's insert + commit.
     pairs = (
         ("sl", "lg", 10.0),
         ("sl-batch", "lg", 10.0),
-        ("sl", "oa", None),
+        ("sl", "oa", 1.0),
         ("sl-batch", "oa-batch", None),
+        ("sl", "raw", 0.8),
     )
     for ours, peer, goal in pairs:
         ratio, low, high = paired(
@@ -318,7 +352,7 @@ def _report(
             Figure(
                 f"7-speed-{peer}-{ours}",
                 f"time per message at {last}: {_LABELS[peer]} ÷ {_LABELS[ours]}",
-                "≥ 10x" if goal else "context",
+                f"≥ {goal:g}x" if goal else "context",
                 ("ge", goal) if goal else None,
                 ratio,
                 low,

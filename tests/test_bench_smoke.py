@@ -86,7 +86,12 @@ def test_scaling_and_memory_groups_run() -> None:
 def test_peers_group_runs() -> None:
     results = run.run_groups(["peers"], TINY, log=lambda line: None)
     assert results["failures"] == {}
-    assert {figure.key for figure in results["figures"]} >= {"7-size-lg", "7-speed-lg-sl"}
+    assert {figure.key for figure in results["figures"]} >= {
+        "7-size-lg",
+        "7-speed-lg-sl",
+        "7-speed-oa-sl",
+        "7-speed-raw-sl",
+    }
 
 
 def test_cli_group_runs_the_real_command() -> None:
