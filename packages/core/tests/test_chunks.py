@@ -213,6 +213,23 @@ def test_run_between_boundary_chunks_packs_alone() -> None:
             id="tool-name-value",
         ),
         pytest.param(
+            [
+                ev(
+                    k,
+                    1,
+                    {
+                        "type": "tool-call-delta",
+                        "index": 0,
+                        "id": "c1",
+                        "name": None,
+                        "argumentsDelta": "a",
+                    },
+                )
+                for k in range(3)
+            ],
+            id="tool-name-null",
+        ),
+        pytest.param(
             [ev(0, -M, td(0, "a")), ev(1, M - 1, td(0, "b")), ev(2, M, td(0, "c"))],
             id="time-gap-beyond-safe",
         ),

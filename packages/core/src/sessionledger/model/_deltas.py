@@ -62,7 +62,8 @@ def delta_fields(data: Any) -> DeltaFields | None:
         name = chunk["name"] if len(chunk) == 5 else None
     except KeyError:
         return None
-    if type(call_id) is str and type(text) is str and (name is None or type(name) is str):
+    # A name, when the chunk has one, is a str: None would not come back as "name": null.
+    if type(call_id) is str and type(text) is str and (len(chunk) == 4 or type(name) is str):
         return kind, turn, step, index, call_id, name, text
     return None
 
