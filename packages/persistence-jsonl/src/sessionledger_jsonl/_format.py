@@ -287,17 +287,7 @@ class _Split:
         begin = records.position(split) if ours else position
         # Only a batch that starts right after the header has it in its checksum.
         view, crcs = self.view, self.header_crcs
-        with_header = begin == self.body
-        if (
-            fields is not None
-            and fields.records == ours
-            and fields.crc32 == zlib.crc32(view[begin:position], crcs[0] if with_header else 0)
-        ):  # the common case, an intact batch: _checked, written out
-            problem: str | None = None
-            first: int | None = fields.first
-            end: int | None = fields.next
-        else:
-            problem, first, end = _checked(fields, ours, view[begin:position], crcs, with_header)
+        problem, first, end = _checked(fields, ours, view[begin:position], crcs, begin == self.body)
         if problem is None and split > first_record:
             # Lines no commit record accounts for, before an intact batch: damage.
             label = f"lines {self.first_line}-{records.line(split - 1)}"

@@ -92,57 +92,34 @@ def pure_freeze_delta(data: Any) -> tuple[FrozenDict, DeltaFields] | None:
     both accept (exact types, safe integers, turn and step >= 1, index >= 0, strings
     UTF-8 can hold) and builds the frozen data in the canonical key order, as a member
     read back from the log or from a stored row has it. ``freeze_delta`` is its compiled
-    form where the accelerator runs: both accept the same data and build the same."""
-    if (type(data) is not dict and type(data) is not FrozenDict) or len(data) != 3:
+    form where the accelerator runs: both accept the same data and build the same. It is
+    ``delta_fields`` with the admission's stricter bounds on top."""
+    fields = delta_fields(data)
+    if fields is None:
         return None
+    kind, turn, step, index, call_id, name, text = fields
     try:
-        chunk, turn, step = data["chunk"], data["turn"], data["step"]
-        if (type(chunk) is not dict and type(chunk) is not FrozenDict) or not (
-            type(turn) is int
-            and type(step) is int
-            and 1 <= turn <= MAX_SAFE_INTEGER
-            and 1 <= step <= MAX_SAFE_INTEGER
-        ):
-            return None
-        kind, index = _KINDS.get(chunk["type"]), chunk["index"]  # exact str, or None
-        if kind is None or type(index) is not int or not 0 <= index <= MAX_SAFE_INTEGER:
-            return None
-        call_id: str | None = None
-        name: str | None = None
-        if kind is _TOOL_KIND:
-            tool = _tool_fields(chunk)
-            if tool is None:
-                return None
-            call_id, name, text = tool
-        else:
-            text = chunk["text"]
-            if len(chunk) != 3:
-                return None
-    except (KeyError, TypeError):  # TypeError: an unhashable chunk type
+        canonical = _KINDS.get(kind)  # the exact str of a kind delta_fields took
+    except TypeError:  # an unhashable type that compares equal to one
         return None
-    if type(text) is not str or (not text.isascii() and string_flaw(text)):
-        return None
-    frozen = mark_shallow(
-        FrozenDict(turn=turn, step=step, chunk=delta_chunk(kind, index, call_id, name, text))
-    )
-    return frozen, (kind, turn, step, index, call_id, name, text)
-
-
-def _tool_fields(chunk: Any) -> tuple[str, str | None, Any] | None:
-    """The id, name (None when absent) and arguments text of a tool-call delta's chunk
-    when its id and name are well formed (raises ``KeyError`` for a missing key)."""
-    size = len(chunk)
-    if not 4 <= size <= 5:
-        return None
-    call_id, text = chunk["id"], chunk["argumentsDelta"]
-    name = chunk["name"] if size == 5 else None
-    if type(call_id) is not str or not call_id or (size == 5 and type(name) is not str):
-        return None
-    if (not call_id.isascii() and string_flaw(call_id)) or (
-        name is not None and not name.isascii() and string_flaw(name)
+    if (
+        canonical is None
+        or (canonical is _TOOL_KIND) != (call_id is not None)
+        or turn < 1
+        or step < 1
+        or index < 0
+        or call_id == ""
+        or any(
+            not value.isascii() and string_flaw(value)
+            for value in (text, call_id, name)
+            if value is not None
+        )
     ):
         return None
-    return call_id, name, text
+    frozen = mark_shallow(
+        FrozenDict(turn=turn, step=step, chunk=delta_chunk(canonical, index, call_id, name, text))
+    )
+    return frozen, (canonical, turn, step, index, call_id, name, text)
 
 
 if ACCELERATOR is not None:

@@ -480,7 +480,7 @@ class EventLog(Sequence[SessionEvent]):
                     (run.kind, run.turn, run.step, run.index, run.call_id, run.name, ""),
                     seq,
                     run.times[: until - seq],
-                    [run.text(offset) for offset in range(until - seq)],
+                    run.texts_between(seq, until),
                 )
             yield slot
 

@@ -122,7 +122,7 @@ def decode_lines(
     ``starts[k]``, -1 for a record of its own) into *taken* while each is in the writer's
     form and its first seq is *expected*; return where it stopped and the seq expected
     there. The rules take the record it stopped at."""
-    view, find, begins = memoryview(data), data.find, data.startswith
+    view, find, begins, follows = memoryview(data), data.find, data.startswith, _follows
     append, rows, envelopes = taken.append, _ROWS.decode, _ENVELOPES.decode
     while index < stop:
         first = starts[index]
@@ -139,18 +139,11 @@ def decode_lines(
                 item = _event(envelopes(view[first:end]))
         except _REFUSED:
             break
-        # _follows, written out too.
-        if item is None:
+        after = follows(item, expected)
+        if after < 0:
             break
-        if type(item) is ChunkRun:
-            if item.seq0 != expected:
-                break
-            expected = item.end
-        elif item.seq != expected:
-            break
-        else:
-            expected += 1
         append(item)
+        expected = after
         index += 1
     return index, expected
 

@@ -16,6 +16,7 @@ reading and letting go of sessions). Listing, search and retention across sessio
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -264,9 +265,7 @@ class SessionPersistence(ColdLoad):
         batches, summary = publishing.log_batches(
             header,
             log,
-            lambda head, part, first, creates, summary: self._batch(
-                head, part, first, creates, summary, runs
-            ),
+            functools.partial(self._batch, runs=runs),
             sizes,
             self._store.max_batch_bytes,
         )
