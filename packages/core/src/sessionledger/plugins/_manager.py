@@ -262,6 +262,9 @@ class PluginSet:
                 outcomes.append(_call(impl, session=session))
             except Exception as error:
                 outcomes.append(error)
+        if not outcomes and also is not None:
+            await also  # the common case: no plugin flushes; a gather would cost a task
+            return
         outcomes.append(also)
         pending = [item for item in outcomes if inspect.isawaitable(item)]
         results = await asyncio.gather(*pending, return_exceptions=True)
