@@ -171,7 +171,7 @@ def read_sqlite(path: Path, session_id: str) -> list[dict[str, Any]]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         assert db.execute("PRAGMA application_id").fetchone()[0] == 0x534C4447
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         found = db.execute(
             "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable, members "
             "FROM events WHERE session_id = ? ORDER BY seq",

@@ -202,7 +202,7 @@ async def test_pragmas_and_identity_of_a_new_database(tmp_path: Path) -> None:
     finally:
         await store.close()
     assert rows(path, "PRAGMA application_id") == [(0x534C4447,)]
-    assert rows(path, "PRAGMA user_version") == [(2,)]
+    assert rows(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert rows(path, "PRAGMA journal_mode") == [("wal",)]  # persistent in the file
 
 
@@ -246,14 +246,14 @@ def test_expected_schema_objects_match_what_sqlite_records() -> None:
         (t, n, tb, None if n in SHADOW_TABLES else " ".join(sql.split())) for t, n, tb, sql in found
     ] == [tuple(item) for item in EXPECTED_OBJECTS]
     assert APPLICATION_ID == 0x534C4447
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
 
 
 async def test_empty_file_is_initialized(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     path.touch()
     await stored(path, "s1", *turn(0, 1))
-    assert rows(path, "PRAGMA user_version") == [(2,)]
+    assert rows(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 def _foreign(path: Path) -> None:
@@ -293,16 +293,23 @@ def _not_sqlite(path: Path) -> None:
             "FOREIGN_STORE",
             id="sqlite-magic-then-garbage",
         ),
-        pytest.param(_ours(3), "FORMAT_NEWER", id="newer"),
+        pytest.param(_ours(SCHEMA_VERSION + 1), "FORMAT_NEWER", id="newer"),
         pytest.param(_ours(0), "FORMAT_OLDER", id="older"),
-        pytest.param(_ours(2, "CREATE TABLE extra (x)"), "FOREIGN_STORE", id="extra-table"),
         pytest.param(
-            _ours(2, "ALTER TABLE events ADD COLUMN extra TEXT"), "FOREIGN_STORE", id="extra-column"
+            _ours(SCHEMA_VERSION, "CREATE TABLE extra (x)"), "FOREIGN_STORE", id="extra-table"
         ),
-        pytest.param(_ours(2, "DROP TABLE audit"), "FOREIGN_STORE", id="missing-table"),
-        pytest.param(_ours(1), "FOREIGN_STORE", id="v2-objects-as-v1"),
         pytest.param(
-            _ours(2, "CREATE INDEX events_by_type ON events (type)"),
+            _ours(SCHEMA_VERSION, "ALTER TABLE events ADD COLUMN extra TEXT"),
+            "FOREIGN_STORE",
+            id="extra-column",
+        ),
+        pytest.param(
+            _ours(SCHEMA_VERSION, "DROP TABLE audit"), "FOREIGN_STORE", id="missing-table"
+        ),
+        pytest.param(_ours(1), "FOREIGN_STORE", id="v3-objects-as-v1"),
+        pytest.param(_ours(2), "FOREIGN_STORE", id="v3-objects-as-v2"),
+        pytest.param(
+            _ours(SCHEMA_VERSION, "CREATE INDEX events_by_type ON events (type)"),
             "FOREIGN_STORE",
             id="extra-index",
         ),
@@ -333,7 +340,12 @@ async def test_foreign_or_other_version_database_is_refused_unmodified(
 async def test_non_strict_tables_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "loose.db"
     loose = [statement.replace(") STRICT", ")") for statement in DDL]
-    execute(path, *loose, f"PRAGMA application_id = {APPLICATION_ID}", "PRAGMA user_version = 2")
+    execute(
+        path,
+        *loose,
+        f"PRAGMA application_id = {APPLICATION_ID}",
+        f"PRAGMA user_version = {SCHEMA_VERSION}",
+    )
     with pytest.raises(FormatUnsupportedError) as caught:
         await stored(path, "s1", *turn(0, 1))
     assert caught.value.code == "FOREIGN_STORE"
@@ -1038,6 +1050,7 @@ async def test_without_aiosqlites_internals_a_write_goes_statement_by_statement(
             "BEGIN IMMEDIATE",
             "INSERT INTO batch_rows",
             "INSERT INTO search_index",
+            "UPDATE search_state SET indexed_upto =",
             "COMMIT",
         ]
         assert statements[0] == "BEGIN IMMEDIATE"

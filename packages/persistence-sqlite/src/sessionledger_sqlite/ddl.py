@@ -1,8 +1,9 @@
 """The SQLite store's schema as text: every statement that creates it, and the objects
 those statements leave in ``sqlite_schema`` (docs/formats.md, "SQLite").
 
-Schema v2 is v1 plus ``UPGRADE_DDL``: a new database runs both lists, a v1 database the
-second, so the two end with the very same schema text.
+Each version is the one before plus its own statements (``V2_DDL``, ``V3_DDL``): a new
+database runs every list, an older one the lists after its version (``UPGRADES``), so both
+end with the very same schema text.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ __all__ = [
     "APPLICATION_ID",
     "DDL",
     "EXPECTED_OBJECTS",
+    "OLDER_OBJECTS",
     "SCHEMA_VERSION",
     "SEQ_MISMATCH",
     "SHADOW_TABLES",
-    "UPGRADE_DDL",
+    "UPGRADES",
     "V1_DDL",
     "V1_OBJECTS",
+    "V2_DDL",
+    "V2_OBJECTS",
+    "V3_DDL",
     "SchemaObject",
     "normalize",
 ]
@@ -27,7 +32,7 @@ __all__ = [
 #: ``PRAGMA application_id`` of a sessionledger database: ASCII "SLDG".
 APPLICATION_ID: Final = 0x534C4447
 #: ``PRAGMA user_version``: the schema version this build reads and writes.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _SESSIONS: Final = """CREATE TABLE sessions (
   id               TEXT NOT NULL PRIMARY KEY,
@@ -152,7 +157,7 @@ WHERE id = NEW.session_id AND NEW.closes = 1;
 END"""
 
 #: What turns schema v1 into v2, in order.
-UPGRADE_DDL: Final = (
+V2_DDL: Final = (
     *(f"ALTER TABLE sessions ADD COLUMN {column}" for column in _SUMMARY_COLUMNS),
     _BY_ACTIVITY,
     _BY_CREATION,
@@ -167,8 +172,43 @@ UPGRADE_DDL: Final = (
     _APPEND,
 )
 
+# v3: the FTS5 entries of the newest texts may wait for a later batch. A new segment per
+# transaction made FTS5 the dearest part of a one-message commit; now the texts of a batch
+# are indexed once the texts waiting reach ``writing.INDEX_EVERY`` (fewer wait). The
+# ``search_texts`` rows up to ``indexed_upto`` are in the index and none after it, so a
+# search reads the few waiting rows directly and misses nothing (docs/formats.md, "SQLite").
+_SEARCH_STATE: Final = """CREATE TABLE search_state (
+  id           INTEGER PRIMARY KEY CHECK (id = 1),
+  indexed_upto INTEGER NOT NULL CHECK (indexed_upto >= 0)
+) STRICT"""
+# Every text of a v2 database is indexed; a new or v1 database has none yet.
+_SEARCH_STATE_ROW: Final = (
+    "INSERT INTO search_state (id, indexed_upto) SELECT 1, coalesce(max(id), 0) FROM search_texts"
+)
+# The index's content is the texts it covers, so FTS5's own checks ('integrity-check',
+# 'rebuild') hold while texts wait.
+_INDEXED_TEXTS: Final = """CREATE VIEW indexed_texts (id, text) AS SELECT id, text
+FROM search_texts WHERE id <= (SELECT indexed_upto FROM search_state)"""
+_TEXT_INDEX_V3: Final = (
+    "CREATE VIRTUAL TABLE search_index USING fts5(text, content = 'indexed_texts', "
+    "content_rowid = 'id', tokenize = \"unicode61 remove_diacritics 0\")"
+)
+
+#: What turns schema v2 into v3, in order: the index is made again over its new content.
+V3_DDL: Final = (
+    "DROP TABLE search_index",
+    _SEARCH_STATE,
+    _SEARCH_STATE_ROW,
+    _INDEXED_TEXTS,
+    _TEXT_INDEX_V3,
+    "INSERT INTO search_index (search_index) VALUES ('rebuild')",
+)
+
+#: What turns a database of each older version into the current one, in order.
+UPGRADES: Final = {1: (*V2_DDL, *V3_DDL), 2: V3_DDL}
+
 #: The statements that create the schema, in order.
-DDL: Final = (*V1_DDL, *UPGRADE_DDL)
+DDL: Final = (*V1_DDL, *V2_DDL, *V3_DDL)
 
 
 class SchemaObject(NamedTuple):
@@ -207,10 +247,10 @@ _SESSIONS_V2: Final = (
     _SESSIONS.removesuffix(") STRICT") + ", " + ", ".join(_SUMMARY_COLUMNS) + ") STRICT"
 )
 
-#: What ``sqlite_schema`` holds for a database this build created, sorted by (type, name).
-#: SQLite keeps each CREATE statement's text as it was executed; the text of the FTS5
-#: shadow tables is SQLite's own and is not compared (``read_identity`` reads it as None).
-EXPECTED_OBJECTS: Final = _sorted(
+#: What ``sqlite_schema`` holds for a v2 database, sorted by (type, name). SQLite keeps
+#: each CREATE statement's text as it was executed; the text of the FTS5 shadow tables is
+#: SQLite's own and is not compared (``read_identity`` reads it as None).
+V2_OBJECTS: Final = _sorted(
     (
         *(item for item in V1_OBJECTS if item.name != "sessions"),
         SchemaObject("table", "sessions", "sessions", normalize(_SESSIONS_V2)),
@@ -230,3 +270,16 @@ EXPECTED_OBJECTS: Final = _sorted(
         SchemaObject("trigger", "batch_rows_append", "batch_rows", normalize(_APPEND)),
     )
 )
+
+#: What ``sqlite_schema`` holds for a database this build created, sorted by (type, name).
+EXPECTED_OBJECTS: Final = _sorted(
+    (
+        *(item for item in V2_OBJECTS if item.name != "search_index"),
+        SchemaObject("table", "search_index", "search_index", normalize(_TEXT_INDEX_V3)),
+        SchemaObject("table", "search_state", "search_state", normalize(_SEARCH_STATE)),
+        SchemaObject("view", "indexed_texts", "indexed_texts", normalize(_INDEXED_TEXTS)),
+    )
+)
+
+#: What ``sqlite_schema`` holds for a database of each version this build can upgrade.
+OLDER_OBJECTS: Final = {1: V1_OBJECTS, 2: V2_OBJECTS}

@@ -4,8 +4,8 @@ A database belongs to sessionledger when its ``application_id`` is ``APPLICATION
 ("SLDG"), its ``user_version`` is ``SCHEMA_VERSION`` and its schema objects are exactly
 ``EXPECTED_OBJECTS``. Anything else is refused with ``FormatUnsupportedError`` before a
 single byte of the file is written: bump and reject, never a silent migration. The one way
-forward is asked for by name: ``upgrade=1`` upgrades a v1 database in place, in one
-transaction (docs/formats.md, "SQLite").
+forward is asked for by name: ``upgrade=1`` upgrades a v1 or v2 database in place, in
+one transaction (docs/formats.md, "SQLite").
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from sessionledger import FormatUnsupportedError
 from sessionledger_sqlite.ddl import (
     APPLICATION_ID,
     EXPECTED_OBJECTS,
+    OLDER_OBJECTS,
     SCHEMA_VERSION,
     SHADOW_TABLES,
-    V1_OBJECTS,
     SchemaObject,
     normalize,
 )
@@ -51,14 +51,16 @@ async def read_identity(db: aiosqlite.Connection) -> tuple[int, int, list[Schema
     return int(ids[0][0]), int(ids[0][1]), objects
 
 
-#: What ``check_identity`` found: a new file, one of ours, or a v1 database to upgrade.
+#: What ``check_identity`` found: a new file, one of ours, or an older one to upgrade.
 Identity: TypeAlias = Literal["pristine", "current", "upgradable"]
 
-_HOW_TO_UPGRADE: Final = (
-    "open it once with upgrade=1 (sqlite:PATH?upgrade=1, or SqlitePersistence(path, "
-    "upgrade=True)) to upgrade it in place in one transaction; releases before v2 cannot "
-    "read it afterwards, so copy the file first to keep a copy they can"
-)
+
+def _how_to_upgrade(version: int) -> str:
+    return (
+        "open it once with upgrade=1 (sqlite:PATH?upgrade=1, or SqlitePersistence(path, "
+        "upgrade=True)) to upgrade it in place in one transaction; releases that read "
+        f"v{version} cannot read it afterwards, so copy the file first to keep a copy they can"
+    )
 
 
 def _foreign(objects: Sequence[SchemaObject], location: str) -> FormatUnsupportedError:
@@ -80,11 +82,11 @@ def check_identity(
     upgrade: bool = False,
 ) -> Identity:
     """Say whether the database is pristine (to be initialized), ours, or (only when
-    *upgrade* is asked for) an intact v1 database to upgrade.
+    *upgrade* is asked for) an intact older database to upgrade (``OLDER_OBJECTS``).
 
     Raise ``FormatUnsupportedError``: ``FOREIGN_STORE`` for another application's database
     or schema objects that differ from ours, ``FORMAT_NEWER`` / ``FORMAT_OLDER`` for our
-    application id with another schema version (a v1 one says how to upgrade it).
+    application id with another schema version (an upgradable one says how to upgrade it).
     """
     if application_id == APPLICATION_ID:
         if user_version > SCHEMA_VERSION:
@@ -94,13 +96,15 @@ def check_identity(
                 code="FORMAT_NEWER",
                 path=location,
             )
-        if user_version == 1:
-            if tuple(objects) != V1_OBJECTS:
+        older = OLDER_OBJECTS.get(user_version)
+        if older is not None:
+            if tuple(objects) != older:
                 raise _foreign(objects, location)
             if upgrade:
                 return "upgradable"
             raise FormatUnsupportedError(
-                f"database schema v1 is older than v{SCHEMA_VERSION}: {_HOW_TO_UPGRADE}",
+                f"database schema v{user_version} is older than v{SCHEMA_VERSION}: "
+                f"{_how_to_upgrade(user_version)}",
                 code="FORMAT_OLDER",
                 path=location,
             )

@@ -27,6 +27,7 @@ __all__ = [
     "session_query",
     "stored_summary",
     "text_query",
+    "waiting_texts",
 ]
 
 # The columns of a listing row, as ``stored_summary`` reads them.
@@ -78,6 +79,11 @@ def stored_bytes_many(count: int) -> str:
 _SEARCH: Final = (
     "SELECT t.session_id, t.seq, t.type, t.time, t.text FROM search_index "
     "JOIN search_texts AS t ON t.id = search_index.rowid WHERE search_index MATCH ?"
+)
+# The texts no FTS5 entry covers yet (fewer than ``writing.INDEX_EVERY``).
+_WAITING_TEXTS: Final = (
+    "SELECT t.session_id, t.seq, t.type, t.time, t.text FROM search_texts AS t "
+    "WHERE t.id > (SELECT indexed_upto FROM search_state)"
 )
 
 
@@ -181,11 +187,9 @@ def session_query(query: SessionQuery) -> tuple[str, list[Any]]:
     return sql, parameters
 
 
-def text_query(query: TextQuery) -> tuple[str, list[Any]]:
-    """The FTS5 query of *query*: each word a quoted phrase, all of them required."""
-    match = " ".join('"' + word.replace('"', '""') + '"' for word in query.words)
-    sql = _SEARCH
-    parameters: list[Any] = [match]
+def _filters(query: TextQuery) -> tuple[str, list[Any]]:
+    """The conditions on ``search_texts AS t`` of *query*'s session and types."""
+    sql, parameters = "", []
     if query.session is not None:
         sql += " AND t.session_id = ?"
         parameters.append(query.session)
@@ -193,6 +197,19 @@ def text_query(query: TextQuery) -> tuple[str, list[Any]]:
         chosen = sorted(query.types)
         sql += f" AND t.type IN ({', '.join('?' * len(chosen))})"
         parameters.extend(chosen)
-    sql += " ORDER BY t.time DESC, t.session_id, t.seq DESC LIMIT ?"
-    parameters.append(query.limit)
     return sql, parameters
+
+
+def text_query(query: TextQuery) -> tuple[str, list[Any]]:
+    """The FTS5 query of *query*: each word a quoted phrase, all of them required."""
+    match = " ".join('"' + word.replace('"', '""') + '"' for word in query.words)
+    filters, parameters = _filters(query)
+    sql = f"{_SEARCH}{filters} ORDER BY t.time DESC, t.session_id, t.seq DESC LIMIT ?"
+    return sql, [match, *parameters, query.limit]
+
+
+def waiting_texts(query: TextQuery) -> tuple[str, list[Any]]:
+    """The texts of *query*'s session and types that wait for their FTS5 entries: the
+    caller matches their words itself."""
+    filters, parameters = _filters(query)
+    return _WAITING_TEXTS + filters, parameters

@@ -34,9 +34,10 @@ from sessionledger_sqlite.ddl import (
     SCHEMA_VERSION,
     SEQ_MISMATCH,
     SHADOW_TABLES,
-    UPGRADE_DDL,
+    UPGRADES,
     V1_DDL,
     V1_OBJECTS,
+    V2_OBJECTS,
     SchemaObject,
 )
 from sessionledger_sqlite.identity import Identity, check_identity, read_identity
@@ -47,9 +48,10 @@ __all__ = [
     "DDL",
     "EXPECTED_OBJECTS",
     "SHADOW_TABLES",
-    "UPGRADE_DDL",
+    "UPGRADES",
     "V1_DDL",
     "V1_OBJECTS",
+    "V2_OBJECTS",
     "Upgrader",
     "SCHEMA_VERSION",
     "SEQ_MISMATCH",
@@ -62,8 +64,9 @@ __all__ = [
     "read_identity",
 ]
 
-#: Fills the summaries and search texts of an upgraded database, inside its transaction
-#: (``sessionledger_sqlite.upgrade``); raises a ``LedgerError`` to refuse the upgrade.
+#: Fills the summaries and search texts of a database upgraded from v1, inside its
+#: transaction (``sessionledger_sqlite.upgrade``); raises a ``LedgerError`` to refuse the
+#: upgrade.
 Upgrader: TypeAlias = Callable[["aiosqlite.Connection"], Awaitable[None]]
 
 
@@ -111,19 +114,22 @@ async def _initialize(db: aiosqlite.Connection, location: str) -> None:
 
 
 async def _upgrade(db: aiosqlite.Connection, location: str, fill: Upgrader) -> None:
-    """Upgrade a v1 database to v2 in one transaction, unless a concurrent opener did.
+    """Upgrade an older database to this build's schema in one transaction, unless a
+    concurrent opener did.
 
     The identity is re-read under the write lock; any failure (a session *fill* cannot
-    read, a crash) rolls everything back and leaves the v1 database as it was.
+    read, a crash) rolls everything back and leaves the older database as it was.
     """
     if await _begin_checked(db, "BEGIN IMMEDIATE", location, upgrade=True) != "upgradable":
         await db.execute_fetchall("COMMIT")
         return
     try:
-        for statement in UPGRADE_DDL:
+        (found,) = next(iter(await db.execute_fetchall("PRAGMA user_version")))
+        for statement in UPGRADES[found]:
             await db.execute_fetchall(statement)
         failpoint("sqlite.upgrade.after-ddl")
-        await fill(db)
+        if found == 1:  # v2 computes summaries and texts from the events; v3 only indexes
+            await fill(db)
         await db.execute_fetchall(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
         failpoint("sqlite.upgrade.before-commit")
         await db.execute_fetchall("COMMIT")
@@ -289,7 +295,8 @@ async def open_database(
     upgrade: Upgrader | None = None,
 ) -> aiosqlite.Connection:
     """Open the database at *path* (creating the file), check it and configure it; with
-    *upgrade*, a v1 database is upgraded (and *upgrade* fills its new indexes).
+    *upgrade*, an older database is upgraded (and *upgrade* fills the indexes a v1
+    database lacks).
 
     Raises ``FormatUnsupportedError`` for a database this build must not use, leaving the
     file untouched; only ``sqlite3.Error`` and ``OSError`` escape otherwise.

@@ -363,12 +363,14 @@ class SqliteLogStore(LogStore):
         return [queries.stored_summary(row) for row in found]
 
     async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
-        """Match every word of *query* as an FTS5 phrase (implicit AND)."""
-        sql, parameters = queries.text_query(query)
+        """Match every word of *query* as an FTS5 phrase (implicit AND), and in the texts
+        that wait for their FTS5 entries, in one read transaction."""
         async with self._connections.reading(query.session) as db:
             if db is None:
                 return []
-            found = list(await db.execute_fetchall(sql, parameters))
+            found = list(await db.execute_fetchall(*queries.text_query(query)))
+            waiting = await db.execute_fetchall(*queries.waiting_texts(query))
+        found.extend(row for row in waiting if query.matches(row[4]))
         return [SearchRow(row[0], IndexedText(row[1], row[2], row[3], row[4])) for row in found]
 
     async def rewrite_index(

@@ -20,6 +20,7 @@ from sessionledger.storage import Batch, IndexedText, SessionSummary, _rows as r
 from sessionledger_sqlite.reading import EVENT_COLUMNS, HEADER_COLUMNS, SUMMARY_COLUMNS
 
 __all__ = [
+    "INDEX_EVERY",
     "LARGEST_EVENT",
     "LENGTH_LIMIT",
     "ROW_RESERVE",
@@ -29,6 +30,7 @@ __all__ = [
     "create_statements",
     "delete_texts",
     "event_rows",
+    "index_waiting",
     "insert_events",
     "insert_texts",
     "update_summary",
@@ -136,17 +138,39 @@ def insert_events(event_rows: list[tuple[Any, ...]]) -> list[Statement]:
 
 # -- search texts -------------------------------------------------------------------------
 
-# The index keeps no copy of the text (external content): it learns new rows from the
-# table and forgets rows only when told their exact text, before they are deleted.
-_INDEX_TEXTS: Final = (
+#: Texts wait for their FTS5 entries until this many wait: then one statement indexes them
+#: all (schema v3). FTS5 writes a segment per transaction that adds to it, which made it
+#: the dearest part of a one-message commit; a search reads the waiting texts directly.
+INDEX_EVERY: Final = 64
+
+# The index keeps no copy of the text (external content). The ``search_texts`` rows up to
+# ``search_state.indexed_upto`` are in it and none after: each statement below keeps that
+# so, in the transaction of the rows it follows (docs/formats.md, "SQLite").
+_WAITING: Final = "SELECT indexed_upto FROM search_state"
+_INDEX_WAITING: Final = (
     "INSERT INTO search_index (rowid, text) SELECT id, text FROM search_texts "
-    "WHERE session_id = ? AND seq >= ?"
+    f"WHERE id > ({_WAITING}) AND (SELECT max(id) FROM search_texts) >= ({_WAITING}) + ?"
 )
+_MARK_INDEXED: Final = (
+    "UPDATE search_state SET indexed_upto = (SELECT max(id) FROM search_texts) "
+    "WHERE (SELECT max(id) FROM search_texts) >= indexed_upto + ?"
+)
+# The index forgets rows only when told their exact text, before they are deleted; a row
+# deleted from the top lowers the mark, so an id used again is not taken as indexed.
 _UNINDEX_TEXTS: Final = (
     "INSERT INTO search_index (search_index, rowid, text) SELECT 'delete', id, text "
-    "FROM search_texts WHERE session_id = ? AND seq >= ?"
+    f"FROM search_texts WHERE session_id = ? AND seq >= ? AND id <= ({_WAITING})"
 )
 _DELETE_TEXTS: Final = "DELETE FROM search_texts WHERE session_id = ? AND seq >= ?"
+_LOWER_MARK: Final = (
+    "UPDATE search_state SET indexed_upto = coalesce((SELECT max(id) FROM search_texts), 0) "
+    "WHERE indexed_upto > coalesce((SELECT max(id) FROM search_texts), 0)"
+)
+
+
+def index_waiting() -> list[Statement]:
+    """Index the texts that wait, once ``INDEX_EVERY`` of them do."""
+    return [(_INDEX_WAITING, (INDEX_EVERY,)), (_MARK_INDEXED, (INDEX_EVERY,))]
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,7 +180,8 @@ def _insert_texts(count: int) -> str:
 
 
 def insert_texts(session_id: str, texts: Sequence[IndexedText]) -> list[Statement]:
-    """Store and index *texts*, which follow every text the session already has."""
+    """Store *texts*, which follow every text the session already has, and index the
+    texts that wait once ``INDEX_EVERY`` of them do."""
     if not texts:
         return []
     statements: list[Statement] = []
@@ -168,14 +193,18 @@ def insert_texts(session_id: str, texts: Sequence[IndexedText]) -> list[Statemen
             for value in (session_id, item.seq, item.type, item.time, item.text)
         ]
         statements.append((_insert_texts(len(part)), values))
-    statements.append((_INDEX_TEXTS, (session_id, texts[0].seq)))
+    statements.extend(index_waiting())
     return statements
 
 
 def delete_texts(session_id: str, from_seq: int = 0) -> list[Statement]:
     """Remove the session's texts of events at *from_seq* and after from the index and
     the table."""
-    return [(_UNINDEX_TEXTS, (session_id, from_seq)), (_DELETE_TEXTS, (session_id, from_seq))]
+    return [
+        (_UNINDEX_TEXTS, (session_id, from_seq)),
+        (_DELETE_TEXTS, (session_id, from_seq)),
+        (_LOWER_MARK, ()),
+    ]
 
 
 # -- a batch -----------------------------------------------------------------------------
@@ -197,7 +226,7 @@ class Append(NamedTuple):
 
     statements: list[Statement]
     #: Whether the first statement is the one INSERT into the ``batch_rows`` view that
-    #: carries the whole batch: then, with no text to index, it commits on its own.
+    #: carries the whole batch: then, with no text, it commits on its own.
     one_statement: bool
 
 
@@ -238,9 +267,9 @@ def append_statements(batch: Batch) -> Append:
 
     The common append is one statement into the ``batch_rows`` view, whose triggers check
     that the rows continue the stored log (a stale writer is refused), advance its end and
-    revision, and store the texts and the summary; texts also need their FTS5 entries,
-    from a second statement. A batch of many rows is inserted statement by statement,
-    followed by its summary and texts.
+    revision, and store the texts and the summary; with texts, two more statements index
+    the waiting texts when enough wait. A batch of many rows is inserted statement by
+    statement, followed by its summary and texts.
     """
     session_id = batch.header.id
     rows_of_events = event_rows(session_id, batch)
@@ -248,7 +277,7 @@ def append_statements(batch: Batch) -> Append:
     if appended is not None:
         statements: list[Statement] = [(_insert_batch_rows(len(appended)), _flat(appended))]
         if batch.texts:
-            statements.append((_INDEX_TEXTS, (session_id, batch.texts[0].seq)))
+            statements.extend(index_waiting())
         return Append(statements, one_statement=True)
     return Append(
         [

@@ -50,7 +50,6 @@ from sessionledger.views._searching import (
     SearchHit,
     TextQuery,
     indexed_texts,
-    matches,
     snippet,
     words,
 )
@@ -187,6 +186,7 @@ class SessionCatalog:
         rows = await self._store.search_text(query)
         if rows is None:
             rows = await self._scan_texts(query)
+        rows = heapq.nsmallest(query.limit, rows, key=_newest_first)
         return [
             SearchHit(
                 row.session_id,
@@ -222,11 +222,9 @@ class SessionCatalog:
             for item in indexed_texts(scan.events):
                 if query.types is not None and item.type not in query.types:
                     continue
-                if matches(item.text, query.words):
+                if query.matches(item.text):
                     found.append(SearchRow(session_id, item))
-        return heapq.nsmallest(
-            query.limit, found, key=lambda row: (-row.text.time, row.session_id, -row.text.seq)
-        )
+        return found
 
     async def prune(
         self,
@@ -386,3 +384,9 @@ def _listable_header(header_json: Mapping[str, Any]) -> SessionHeader | None:
     except (FormatUnsupportedError, HeaderError, CorruptLogError) as error:
         logger.warning("skipping a stored session this build cannot read: %s", error)
         return None
+
+
+def _newest_first(row: SearchRow) -> tuple[int, str, int]:
+    """The order of search hits: newest first (time, then seq, descending), then by
+    session id."""
+    return (-row.text.time, row.session_id, -row.text.seq)

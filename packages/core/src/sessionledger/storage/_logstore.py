@@ -406,8 +406,9 @@ class LogStore(ABC):
         return None
 
     async def search_text(self, query: TextQuery) -> list[SearchRow] | None:
-        """Answer *query* from the store's text index, or None (the default) to let the
-        policy scan every log."""
+        """Answer *query* from the store's text index: at least the newest ``limit`` rows
+        that match, in any order (the policy orders them and keeps ``limit``); or None
+        (the default) to let the policy scan every log."""
         return None
 
     async def rewrite_index(

@@ -49,6 +49,10 @@ class TextQuery:
     session: str | None = None
     types: frozenset[str] | None = None
 
+    def matches(self, text: str) -> bool:
+        """Whether *text* holds every word of the query, as the index would tell."""
+        return matches(text, self.words)
+
 
 @final
 @dataclasses.dataclass(frozen=True, slots=True)
