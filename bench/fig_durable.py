@@ -34,6 +34,7 @@ from bench.stores import (
     open_backend,
     open_raw_sqlite,
     raw_row,
+    ready_to_write,
     scratch,
 )
 from bench.workloads import Op, agent_session, replay_clock
@@ -51,7 +52,7 @@ def _fresh(root: Path, kind: Kind) -> Path:
 
 async def _ours(kind: Kind, root: Path, ops: list[Op], flush_every: int) -> float:
     persistence = open_backend(kind, _fresh(root, kind))
-    await persistence.list()  # open the connection / directory untimed
+    await ready_to_write(persistence)  # the file or directory and connection: untimed
     ledger = Ledger(persistence, load_entrypoints=False, clock=replay_clock(ops))
     session = ledger.create(SESSION_ID)
     append, flush = session.append, ledger.flush

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Figure, Section, Settings, measure, paired, spread
-from bench.stores import scratch
+from bench.stores import ready_to_write, scratch
 from bench.workloads import chat_texts
 from sessionledger import Ledger
 from sessionledger_sqlite import SqlitePersistence
@@ -124,7 +124,7 @@ async def _conversation(kind: str, path: Path, texts: list[str]) -> dict[str, fl
         session: Any = SQLiteSession("chat", str(path))  # creates the schema untimed
     else:
         persistence = SqlitePersistence(path)
-        await persistence.list()  # connect and create the schema untimed
+        await ready_to_write(persistence)  # the file, its schema and connection: untimed
         ledger = Ledger(persistence, load_entrypoints=False)
         session = LedgerSession("chat", ledger)
         await session.session()
@@ -152,7 +152,7 @@ async def _sessions_alone(kind: str, path: Path, batches: list[list[Any]]) -> di
         session: Any = SQLiteSession("chat", str(path))
     else:
         persistence = SqlitePersistence(path)
-        await persistence.list()
+        await ready_to_write(persistence)
         ledger = Ledger(persistence, load_entrypoints=False)
         session = LedgerSession("chat", ledger)
         await session.session()

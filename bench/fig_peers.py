@@ -41,6 +41,7 @@ from bench.stores import (
     envelopes,
     open_raw_sqlite,
     raw_row,
+    ready_to_write,
     scratch,
 )
 from bench.workloads import Op, chat_ops, chat_texts
@@ -86,7 +87,7 @@ class _Clock:
 def _sessionledger(ops: list[Op], per: int) -> Writer:
     async def write(path: Path, marks: Sequence[int]) -> Marks:
         persistence = SqlitePersistence(path)
-        await persistence.list()  # connect and create the schema untimed
+        await ready_to_write(persistence)  # the file, its schema and connection: untimed
         ledger = Ledger(persistence, load_entrypoints=False)
         session = ledger.create("chat")
         append, flush = session.append, ledger.flush

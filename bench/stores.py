@@ -18,7 +18,7 @@ import aiosqlite
 import orjson
 
 from bench.workloads import Op, replay_clock
-from sessionledger import Ledger, Session
+from sessionledger import Ledger, Session, SessionHeader
 from sessionledger.storage._chunks import pack_chunk_runs
 from sessionledger.storage._memory import MemoryLogStore, MemoryPersistence, MemoryStore
 from sessionledger.storage._persistence import SessionPersistence
@@ -38,6 +38,7 @@ __all__ = [
     "open_backend",
     "open_raw_sqlite",
     "raw_row",
+    "ready_to_write",
     "scratch",
     "write_session",
 ]
@@ -85,6 +86,16 @@ def open_backend(
     if kind == "jsonl":
         return JsonlPersistence(where, fsync=durable)
     return SqlitePersistence(where, synchronous="FULL" if durable else "NORMAL")
+
+
+async def ready_to_write(persistence: SessionPersistence) -> None:
+    """Open *persistence*'s writing side untimed, as a peer's store is opened before its
+    clock starts: a read opens nothing while there is no file (reads never write), so a
+    one-event session, ``warm-up``, is written (its file, schema and connection stay)."""
+    await persistence.create(SessionHeader(id="warm-up", created_at=0))
+    await persistence.append(
+        "warm-up", [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}]
+    )
 
 
 def append_ops(session: Session, ops: list[Op]) -> None:
