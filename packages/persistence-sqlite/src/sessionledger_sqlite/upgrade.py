@@ -1,5 +1,6 @@
-"""Upgrading a v1 database to v2: every session's summary and search texts, computed from
-its stored events (docs/formats.md, "SQLite").
+"""Upgrading a v1 database: every session's summary and search texts, which v2 added,
+computed from its stored events (docs/formats.md, "SQLite"). A v2 database has them
+already: its upgrade only remakes the text index (``ddl.V3_DDL``).
 
 ``fill_v2`` runs inside the one transaction ``schema`` opens for the upgrade, after the
 new columns and tables exist. A session it cannot read stops the whole upgrade: the
