@@ -17,7 +17,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final, Literal, final
+from typing import Final, Literal, final
 
 import aiosqlite
 
@@ -26,8 +26,9 @@ from sessionledger._failpoints import failpoint
 from sessionledger.storage import in_thread, uninterrupted
 from sessionledger_sqlite import failures, names, schema, upgrade
 from sessionledger_sqlite.options import MEMORY
+from sessionledger_sqlite.writing import Statement
 
-__all__ = ["Refused", "Statement", "StoreConnection"]
+__all__ = ["Refused", "StoreConnection"]
 
 
 class Refused(Exception):
@@ -73,10 +74,6 @@ async def _settle(db: aiosqlite.Connection) -> None:
         break
     if cancelled is not None:
         raise cancelled
-
-
-#: One statement and the values it binds.
-Statement = tuple[str, Sequence[Any]]
 
 
 def _transact(

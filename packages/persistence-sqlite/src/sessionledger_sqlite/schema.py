@@ -37,7 +37,6 @@ from sessionledger_sqlite.ddl import (
     UPGRADES,
     V1_DDL,
     V1_OBJECTS,
-    V2_OBJECTS,
     SchemaObject,
 )
 from sessionledger_sqlite.identity import Identity, check_identity, read_identity
@@ -51,7 +50,6 @@ __all__ = [
     "UPGRADES",
     "V1_DDL",
     "V1_OBJECTS",
-    "V2_OBJECTS",
     "Upgrader",
     "SCHEMA_VERSION",
     "SEQ_MISMATCH",
