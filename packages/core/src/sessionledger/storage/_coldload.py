@@ -274,7 +274,14 @@ class ColdLoad(ABC):
             events = scan.events
             closers = [SessionEvent.from_json(item) for item in interrupted_turn_closers(events)]
             try:
-                log = events.plus(closers) if type(events) is EventLog else [*events, *closers]
+                # The session copies the stored log into its own: a copy here would be a
+                # second one of a million slots (closers are rare).
+                if not closers:
+                    log: EventLog | builtins.list[SessionEvent] = events
+                elif type(events) is EventLog:
+                    log = events.plus(closers)
+                else:
+                    log = [*events, *closers]
                 session = Session.restore(scan.header, log, hooks=hooks, clock=clock)
             except SeedError as error:
                 raise CorruptLogError(
