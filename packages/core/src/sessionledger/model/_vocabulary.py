@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from sessionledger._errors import EventDataError, MessageShapeError
@@ -208,6 +209,15 @@ def event_message(event_type: str, data: Any) -> Any:
     return None
 
 
+def _shape_error(event_type: str, reason: str) -> MessageShapeError:
+    return MessageShapeError(f"{event_type} {reason}")
+
+
+_NO_MESSAGE: Final = "lacks an identified message (a JSON object with a non-empty 'id')"
+_BAD_SOURCE: Final = "message has an invalid source (an object with a non-empty 'kind')"
+_NOT_ONE_RESULT: Final = "message must contain exactly one tool-result block"
+
+
 def check_message_shape(event_type: str, data: Any) -> None:
     """Check the message of a surface event against the shape rules; raise
     ``MessageShapeError`` (docs/events.md, "shape rules").
@@ -216,58 +226,62 @@ def check_message_shape(event_type: str, data: Any) -> None:
     ``FrozenDict``, which is tested first: a restore checks every surface event, and an
     abstract ``Mapping`` test costs several times a type test.
     """
-
-    def bad(reason: str) -> MessageShapeError:
-        return MessageShapeError(f"{event_type} {reason}")
-
     if event_type == USER_MESSAGE:
         message = data
     elif type(data) is FrozenDict or isinstance(data, Mapping):
         message = data.get("message")
     else:
-        raise bad("data must be a JSON object holding the message")
+        raise _shape_error(event_type, "data must be a JSON object holding the message")
     if type(message) is not FrozenDict and not isinstance(message, Mapping):
-        raise bad("lacks an identified message (a JSON object with a non-empty 'id')")
+        raise _shape_error(event_type, _NO_MESSAGE)
     ident = message.get("id")
     if type(ident) is not str or not ident:
-        raise bad("lacks an identified message (a JSON object with a non-empty 'id')")
+        raise _shape_error(event_type, _NO_MESSAGE)
     role = "assistant" if event_type == ASSISTANT_MESSAGE else "user"
     if message.get("role") != role:
-        raise bad(f"message must have role {role!r}, got {message.get('role')!r}")
+        raise _shape_error(
+            event_type, f"message must have role {role!r}, got {message.get('role')!r}"
+        )
     source = message.get("source")
     if type(source) is not FrozenDict and not isinstance(source, Mapping):
-        raise bad("message has an invalid source (an object with a non-empty 'kind')")
+        raise _shape_error(event_type, _BAD_SOURCE)
     kind = source.get("kind")
     if type(kind) is not str or not kind:
-        raise bad("message has an invalid source (an object with a non-empty 'kind')")
+        raise _shape_error(event_type, _BAD_SOURCE)
     content = message.get("content")
     if type(content) is not tuple and type(content) is not list:
-        raise bad("message content must be a list of blocks")
+        raise _shape_error(event_type, "message content must be a list of blocks")
     if event_type == ASSISTANT_MESSAGE:
-        if not (
-            kind == "model"
-            and _nonempty_str(source.get("provider"))
-            and _nonempty_str(source.get("model"))
-        ):
-            raise bad("message must have a model source with non-empty provider and model")
-    elif event_type == TOOL_RESULT:
-        call_id = source.get("callId")
-        if kind != "tool" or not _nonempty_str(call_id):
-            raise bad("message must have a tool source with a non-empty callId")
-        if len(content) != 1:
-            raise bad("message must contain exactly one tool-result block")
-        block = content[0]
-        if (
-            (type(block) is not FrozenDict and not isinstance(block, Mapping))
-            or block.get("type") != "tool-result"
-            or not isinstance(block.get("content"), tuple | list)
-        ):
-            raise bad("message must contain exactly one tool-result block")
-        if block.get("toolCallId") != call_id:
-            raise bad(
-                f"message has mismatched tool call ids: block {block.get('toolCallId')!r}, "
-                f"source {call_id!r}"
+        provider, model = source.get("provider"), source.get("model")
+        if not (kind == "model" and _nonempty_str(provider) and _nonempty_str(model)):
+            raise _shape_error(
+                event_type, "message must have a model source with non-empty provider and model"
             )
+    elif event_type == TOOL_RESULT:
+        _check_tool_result(source, kind, content)
+
+
+def _check_tool_result(source: Mapping[str, Any], kind: str, content: Sequence[Any]) -> None:
+    """The rest of ``check_message_shape`` for a ``tool/result``: a tool source, and one
+    tool-result block answering the call it names."""
+    call_id = source.get("callId")
+    if kind != "tool" or not _nonempty_str(call_id):
+        raise _shape_error(TOOL_RESULT, "message must have a tool source with a non-empty callId")
+    if len(content) != 1:
+        raise _shape_error(TOOL_RESULT, _NOT_ONE_RESULT)
+    block = content[0]
+    if (
+        (type(block) is not FrozenDict and not isinstance(block, Mapping))
+        or block.get("type") != "tool-result"
+        or not isinstance(block.get("content"), tuple | list)
+    ):
+        raise _shape_error(TOOL_RESULT, _NOT_ONE_RESULT)
+    if block.get("toolCallId") != call_id:
+        raise _shape_error(
+            TOOL_RESULT,
+            f"message has mismatched tool call ids: block {block.get('toolCallId')!r}, "
+            f"source {call_id!r}",
+        )
 
 
 def check_request_header(data: Any) -> None:
@@ -293,9 +307,10 @@ def _reject_legacy_header_delta(data: Any) -> None:
 # The registry imports these; kept here so each check sits beside the shape it checks.
 CORE_VALIDATORS: Final = FrozenDict(
     {
-        USER_MESSAGE: lambda data: check_message_shape(USER_MESSAGE, data),
-        ASSISTANT_MESSAGE: lambda data: check_message_shape(ASSISTANT_MESSAGE, data),
-        TOOL_RESULT: lambda data: check_message_shape(TOOL_RESULT, data),
+        # partial, not a lambda: a restore calls these once per surface event.
+        USER_MESSAGE: partial(check_message_shape, USER_MESSAGE),
+        ASSISTANT_MESSAGE: partial(check_message_shape, ASSISTANT_MESSAGE),
+        TOOL_RESULT: partial(check_message_shape, TOOL_RESULT),
         REQUEST_HEADER: check_request_header,
     }
 )
