@@ -224,14 +224,14 @@ def split_batches(
     # log, or a record object per line, would cost a cold load for nothing.
     limit = max(data.rfind(b"\n") + 1, body)  # after the last complete line
     position, number = body, 2
-    records, find = split.records, data.find
+    records, starts, find = split.records, split.starts, data.find
     while position < limit:
         # The lines from here that begin as every record line does, in one step: none of
         # them can be a commit record, and each is kept unparsed, for the decode to parse
         # when it reaches it, so a log's parsed form is never whole in memory.
-        before = len(records)
+        before = len(starts)
         position = records.take_lines(position, limit, number, _RECORD_START)
-        number += len(records) - before
+        number += len(starts) - before
         if position < limit:  # a line that begins otherwise: a commit record, or damage
             end_at = find(b"\n", position)
             split.line(position, end_at, number)
@@ -251,6 +251,7 @@ class _Split:
         "header_crcs",
         "records",
         "start",
+        "starts",
         "view",
     )
 
@@ -260,6 +261,7 @@ class _Split:
         self.view = memoryview(data)
         self.header_crcs = _header_crcs(self.view, body)  # the first batch's covers it
         self.records = LineRecords(data)
+        self.starts = self.records.line_starts  # grows as records does: its len is theirs
         self.batches: list[RawBatch] = []
         self.start = body  # where the current batch begins
         self.first_record = 0
@@ -279,7 +281,7 @@ class _Split:
                 records.add(RawRecord(value, position, f"line {number}", number))
                 return
             fields = None
-        first_record, count = self.first_record, len(records)
+        first_record, count = self.first_record, len(self.starts)
         pending = count - first_record
         counted = pending if fields is None else fields.records
         ours = counted if 0 <= counted <= pending else pending
