@@ -180,7 +180,7 @@ def _report(rows: dict[int, dict[str, Any]]) -> tuple[list[Figure], list[Section
                 f"{per_top:.2f} µs/ev at {top:,}; {per_base:.2f} at {base:,}; "
                 f"{per_small:.2f} at {small:,}",
                 f"per-event medians; {top:,} ÷ {small:,}: {per_top / per_small:.2f}; the "
-                "largest size is measured 3 times",
+                f"largest size is measured {len(rows[top][f'{kind}_us'])} times",
             )
         )
     # With the collector on, its work per event must not grow with the log either: the
