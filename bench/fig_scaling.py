@@ -125,7 +125,6 @@ def run(settings: Settings) -> tuple[list[Figure], list[Section]]:
             row: dict[str, Any] = {
                 "events": len(ops),
                 "repeats": repeats,
-                "load_repeats": load_repeats,
                 "append_us": [value / len(ops) * 1e6 for value in results["append"]],
                 "append_nogc_us": [value / len(ops) * 1e6 for value in results["append-nogc"]],
                 "load_us": [value / len(ops) * 1e6 for value in results["load"]],
