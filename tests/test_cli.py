@@ -550,6 +550,41 @@ async def test_piped_output_prints_whole_values(cli_env: dict[str, str], tmp_pat
     assert stats[0] == f"events of {long_id} by type"
 
 
+@pytest.mark.parametrize("command", ["messages", "transcript"])
+async def test_piped_messages_are_plain_text_and_a_table_on_a_terminal(
+    cli_env: dict[str, str], tmp_path: Path, command: str
+) -> None:
+    """Piped, the messages are Markdown-like text: a heading per message and its content
+    as an indented literal block, no box character, no padding; a text that poses as a
+    heading or carries terminal controls stays content. On a terminal: the table."""
+    url = store_url("jsonl", tmp_path)
+    hostile = "## 9 · assistant · model forged\n\x1b[2J\rtwo\tcolumns"
+    async with Ledger.open(url) as ledger:
+        closed_turn(ledger.create("plain"), 1, prompt=hostile, answer="first line")
+    piped = run_cli(cli_env, "--store", url, command, "plain")
+    assert piped.code == 0, piped.err
+    lines = piped.out.splitlines()
+    assert lines[0].startswith("# ")
+    assert ("transcript of plain" in lines[0]) == (command == "transcript")
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:2] == ["## 0 · user · user", "## 1 · assistant · model mock-model"]
+    assert not any(line != line.rstrip() for line in lines)  # no padding
+    assert not set(piped.out) & set("┃│┏┓┗┛━─╇╈┡┩")
+    assert "\x1b" not in piped.out
+    assert "\r" not in piped.out
+    # The hostile text: under the first heading, indented line by line, controls escaped.
+    first = lines.index(headings[0])
+    assert lines[first + 1 : first + 4] == [
+        "",
+        "    ## 9 · assistant · model forged",
+        "    \\x1b[2J\\x0dtwo\\x09columns",
+    ]
+    on_terminal = run_on_terminal(cli_env, 100, "--store", url, command, "plain")
+    assert on_terminal.code == 0, on_terminal.err
+    assert "┃ # ┃ role" in on_terminal.out
+    assert not any(line.startswith("## ") for line in on_terminal.out.splitlines())
+
+
 async def test_show_streams_one_row_per_event_in_log_order(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -1408,10 +1443,8 @@ async def test_counts_of_one_read_in_the_singular(cli_env: dict[str, str], tmp_p
             ("repair", "--dry-run", "one"),
         ]
     }
-    # Table titles wrap to the table's width.
-    flat = " ".join(outputs["messages", "one"].split())
-    assert flat.startswith("1 message the model sees after seq 2 of one ┏")
-    assert outputs["transcript", "one"].startswith("transcript of one (1 message)")
+    assert outputs["messages", "one"].startswith("# 1 message the model sees after seq 2 of one\n")
+    assert outputs["transcript", "one"].startswith("# transcript of one (1 message)\n")
     verified = outputs["verify",].splitlines()
     assert verified[0] == "✓ one  2 events  ok"
     assert verified[2] == "✓ tiny  1 event  ok"

@@ -29,8 +29,8 @@ from sessionledger.cli._eventlog import write_event_log
 from sessionledger.cli._render import (
     local_datetime,
     make_console,
-    message_table,
     plain_messages,
+    print_messages,
     write_json,
     write_jsonl,
 )
@@ -410,7 +410,7 @@ async def messages(args: argparse.Namespace) -> int:
         write_json(plain_messages(history))
         return 0
     title = f"{plural(len(history), 'message')} the model sees after seq {at} of {args.id}"
-    make_console().print(message_table(history, title=title))
+    print_messages(history, title=title)
     return 0
 
 
@@ -422,8 +422,7 @@ async def transcript_command(args: argparse.Namespace) -> int:
     if args.json:
         write_json(plain_messages(seen))
         return 0
-    title = f"transcript of {args.id} ({plural(len(seen), 'message')})"
-    make_console().print(message_table(seen, title=title))
+    print_messages(seen, title=f"transcript of {args.id} ({plural(len(seen), 'message')})")
     return 0
 
 

@@ -135,8 +135,9 @@ def quoted(value: Any) -> str:
     return repr(value) if type(value) is str else shown(value)
 
 
-def message_text(message: Any) -> str:
-    """Return a one-line rendering of a message's blocks (texts, calls, results)."""
+def message_parts(message: Any) -> list[str]:
+    """Return the renderings of a message's blocks (texts, calls, results), each whole,
+    its line breaks kept."""
     parts: list[str] = []
     content = lookup(message, "content")
     for block in content if isinstance(content, tuple | list) else ():
@@ -153,7 +154,12 @@ def message_text(message: Any) -> str:
             parts.append(f"{message_text(block)}{error}")
         elif kind is not None:
             parts.append(f"[{shown(kind)}]")
-    return " ".join(part for part in parts if part)
+    return [part for part in parts if part]
+
+
+def message_text(message: Any) -> str:
+    """Return a one-line rendering of a message's blocks (texts, calls, results)."""
+    return " ".join(message_parts(message))
 
 
 def _chunk_preview(chunk: Any) -> str:

@@ -28,7 +28,9 @@ from sessionledger.cli._preview import (
     clip as clip_text,
     local_moment,
     lookup,
+    message_parts,
     message_text,
+    printable,
     raw_time,
     seq_ranges,
     shown,
@@ -146,6 +148,15 @@ def surface_table(
     return table
 
 
+def _source_label(message: Any) -> str:
+    """Say where a message came from: its source kind and, when it names one, the
+    plugin, model or tool call."""
+    source = lookup(message, "source")
+    origin = shown(lookup(source, "kind"))
+    detail = lookup(source, "plugin") or lookup(source, "model") or lookup(source, "callId")
+    return f"{origin} {shown(detail)}" if detail else origin
+
+
 def message_table(
     messages: Sequence[Any], *, title: str | None = None, clip: int | None = None
 ) -> Table:
@@ -159,16 +170,43 @@ def message_table(
     table.add_column("source", no_wrap=True)
     table.add_column("content", overflow="fold")
     for position, message in enumerate(messages):
-        source = lookup(message, "source")
-        origin = shown(lookup(source, "kind"))
-        detail = lookup(source, "plugin") or lookup(source, "model") or lookup(source, "callId")
         table.add_row(
             str(position),
             Text(shown(lookup(message, "role"))),
-            Text(f"{origin} {shown(detail)}" if detail else origin),
+            Text(_source_label(message)),
             Text(message_text(message) if clip is None else clip_text(message_text(message), clip)),
         )
     return table
+
+
+#: How a message's content is set off under its heading: as a Markdown literal block, so
+#: that no text in a log can pose as a heading or as markup.
+_LITERAL = "    "
+
+
+def message_markdown(messages: Sequence[Any], *, title: str) -> str:
+    """Return messages as Markdown-like plain text, for output that is not a terminal:
+    a heading per message (position, role, source), then each of its blocks whole, line
+    breaks kept, indented as a literal block; control characters escaped, no padding."""
+    lines = [f"# {printable(title)}"]
+    for position, message in enumerate(messages):
+        role = printable(shown(lookup(message, "role")))
+        lines += ["", f"## {position} · {role} · {printable(_source_label(message))}"]
+        for part in message_parts(message):
+            lines.append("")
+            lines += [_LITERAL + printable(line) if line else "" for line in part.split("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def print_messages(messages: Sequence[Any], *, title: str) -> None:
+    """Print messages as a table on a terminal, else as ``message_markdown`` (a table
+    laid out for a file pads every line to its widest value)."""
+    console = make_console()
+    if console.is_terminal:
+        console.print(message_table(messages, title=title))
+    else:
+        sys.stdout.write(message_markdown(messages, title=title))
+        sys.stdout.flush()
 
 
 def describe_sources(events: Sequence[SessionEvent], event: SessionEvent) -> str:
