@@ -29,6 +29,7 @@ PACKAGES = [
     "./packages/adapter-openai-agents",
     "./packages/adapter-langchain",
     "./packages/adapter-pydantic-ai",
+    "./packages/viewer",
 ]
 TEST_TOOLS = [
     "pytest>=8",
@@ -36,6 +37,7 @@ TEST_TOOLS = [
     "hypothesis>=6.100",
     "blockbuster>=1.5",
     "pytest-xdist>=3.5",
+    "selenium>=4.20",  # the viewer's browser tests (Debian's chromium and chromedriver)
 ]
 LINT_TOOLS = ["ruff==0.17.6"]
 TYPE_TOOLS = [
@@ -261,6 +263,7 @@ DEMO_PACKAGES = [
     "./packages/persistence-sqlite",
     "./packages/persistence-postgres",
     "./packages/invariants",
+    "./packages/viewer",
 ]
 
 

@@ -1378,6 +1378,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "audit": (),
     "search": ("x",),
     "reindex": (),
+    "view": (),
 }
 
 

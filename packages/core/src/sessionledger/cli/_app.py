@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "audit": "retaining:audit",
     "search": "searching:search",
     "reindex": "indexing:reindex",
+    "view": "viewing:view",
 }
 
 STORE_HELP = (
@@ -324,6 +325,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("id", nargs="?", metavar="ID", help="one session (default: all)")
     _add_json(reindex, "the outcome")
+
+    view = add(
+        "view",
+        "serve a local, read-only web viewer of the store (its sessions, or session ID); "
+        "prints the URL first; Ctrl-C stops it",
+    )
+    view.add_argument("id", nargs="?", metavar="ID", help="the session to open first")
+    view.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    view.add_argument(
+        "--port", type=int, default=0, metavar="PORT", help="port (default: a free one)"
+    )
+    view.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="never open a browser (one opens only when the output is a terminal)",
+    )
     return parser
 
 

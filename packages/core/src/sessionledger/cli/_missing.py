@@ -18,6 +18,7 @@ FOLDERS: Final = {
     "sessionledger-jsonl": "packages/persistence-jsonl",
     "sessionledger-postgres": "packages/persistence-postgres",
     "sessionledger-invariants": "packages/invariants",
+    "sessionledger-viewer": "packages/viewer",
 }
 
 #: The distribution that serves each store scheme.
@@ -35,6 +36,9 @@ THIRD_PARTY: Final = {
     "pluggy": "sessionledger",
     "aiosqlite": "sessionledger-sqlite",
     "asyncpg": "sessionledger-postgres",
+    "starlette": "sessionledger-viewer",
+    "uvicorn": "sessionledger-viewer",
+    "jinja2": "sessionledger-viewer",
 }
 
 

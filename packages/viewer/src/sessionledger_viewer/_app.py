@@ -1,0 +1,331 @@
+"""The viewer's web application: its pages, its one JSON route and the headers every
+response carries (docs/viewer.md).
+
+Read-only by construction: the store is opened through ``Ledger.open`` and only read
+(``inspect``, ``list_sessions``, ``search``, a revision); no route writes, and a store
+that does not exist yet shows as empty instead of being created. A session read whole
+is kept while its stored revision stays the same, so paging a large log reads it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sessionledger import (
+    Ledger,
+    LedgerError,
+    Replace,
+    Session,
+    SessionNotFoundError,
+    messages_at,
+)
+from sessionledger_viewer import _describe as describe
+
+_HERE: Final = Path(__file__).parent
+#: Events per page of the log, surface nodes per page of the surface.
+PAGE: Final = 200
+#: Sessions per page of the listing, hits of a search.
+LISTED: Final = 50
+#: New events one live update carries at most (the page asks again for the rest).
+TAIL: Final = 500
+#: How far back from the end a repair's closers can reach: where the stored tail is read.
+_CLOSERS_AT_MOST: Final = 1024
+
+#: Every response's policy: nothing from anywhere but this server, no inline script or
+#: style, no frames, no forms posted elsewhere. Session content is untrusted.
+CONTENT_SECURITY_POLICY: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS: Final = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+)
+#: The names this server answers to: a page of another site cannot reach it through a
+#: name of its own that resolves here (DNS rebinding).
+LOCAL_NAMES: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+class _SecurityHeaders:
+    """Add ``_HEADERS`` to every response, errors included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+@dataclasses.dataclass
+class _Cached:
+    """A session as read, with ``stored`` events of its ``length`` (the rest of its
+    ``first_live_seq`` are closers its crash repair added in memory only)."""
+
+    revision: str | None
+    session: Session
+    history: describe.SurfaceHistory
+    stored: int
+
+    @property
+    def length(self) -> int:
+        """The events a page shows: the stored ones and any repair closers, but not the
+        marker a restore appends after its seed."""
+        return self.session.first_live_seq
+
+
+class Viewer:
+    """The state of one viewer: its ledger (opened at startup) and the sessions read."""
+
+    def __init__(self, store_url: str, plugins: Iterable[object] = ()) -> None:
+        self.store_url = store_url
+        self.plugins = tuple(plugins)
+        self._ledger: Ledger | None = None
+        self._cache: dict[str, _Cached] = {}
+
+    @property
+    def ledger(self) -> Ledger:
+        assert self._ledger is not None, "the viewer's ledger opens with the app"
+        return self._ledger
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[None]:
+        async with Ledger.open(self.store_url, plugins=self.plugins) as ledger:
+            self._ledger = ledger
+            try:
+                yield
+            finally:
+                self._ledger = None
+                self._cache.clear()
+
+    async def revision(self, session_id: str) -> str | None:
+        persistence = self.ledger.persistence
+        return None if persistence is None else await persistence.revision(session_id)
+
+    async def _stored_length(self, session_id: str, length: int) -> int:
+        """How many of a session's *length* events are stored: a repair's closers are
+        a few events after them, not stored until a resume writes them."""
+        persistence = self.ledger.persistence
+        if persistence is None or not length:
+            return length
+        start = max(length - _CLOSERS_AT_MOST, 0)
+        tail = await persistence.read_from(session_id, start)
+        if not tail and start:
+            tail = await persistence.read_from(session_id, 0)
+        return tail[-1].seq + 1 if tail else 0
+
+    async def read(self, session_id: str) -> _Cached:
+        """The session as stored now (repaired in memory only, as ``inspect`` does)."""
+        revision = await self.revision(session_id)
+        cached = self._cache.get(session_id)
+        if cached is not None and revision is not None and cached.revision == revision:
+            return cached
+        session = await self.ledger.inspect(session_id)
+        cached = _Cached(
+            revision,
+            session,
+            describe.surface_history(session),
+            await self._stored_length(session_id, session.first_live_seq),
+        )
+        self._cache = {session_id: cached}  # one large log in memory at a time
+        return cached
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    value = request.query_params.get(name)
+    if value is None or not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """The Host names requests may carry when the server listens on *host*: this
+    machine's names, and *host* itself; any name when it listens on every address (there
+    is then no telling which names are the machine's)."""
+    if host in ("0.0.0.0", "::", ""):
+        return ["*"]
+    return [*LOCAL_NAMES, host, f"[{host}]" if ":" in host else host]
+
+
+def create_app(
+    store_url: str, *, plugins: Iterable[object] = (), host: str = "127.0.0.1"
+) -> Starlette:
+    """The viewer of the store at *store_url*, as an ASGI application, for a server that
+    listens on *host*."""
+    viewer = Viewer(store_url, plugins)
+    environment = Environment(
+        loader=FileSystemLoader(_HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["ranges"] = describe.seq_ranges
+    environment.globals["moment"] = describe.moment
+    templates = Jinja2Templates(env=environment)
+
+    def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        return templates.TemplateResponse(
+            request, name, {"store": store_url, **context}, status_code=status
+        )
+
+    async def sessions(request: Request) -> Response:
+        text = request.query_params.get("q", "").strip()
+        title = request.query_params.get("title", "").strip() or None
+        after = request.query_params.get("after") or None
+        if text:
+            hits = await viewer.ledger.search(text, limit=LISTED)
+            return page(request, "sessions.html", q=text, title=title, hits=hits, listed=None)
+        listed = await viewer.ledger.list_sessions(limit=LISTED, after=after, title=title)
+        return page(request, "sessions.html", q="", title=title, hits=None, listed=listed)
+
+    async def session(request: Request) -> Response:
+        session_id = request.path_params["id"]
+        cached = await viewer.read(session_id)
+        log, history = cached.session, cached.history
+        length = cached.length
+        start = _int(request, "from", max(length - PAGE, 0))
+        start = min(max(start, 0), max(length - 1, 0))
+        nodes = history.nodes
+        surface_start = min(max(_int(request, "surface", 0), 0), max(len(nodes) - 1, 0))
+        shown_nodes = nodes[surface_start : surface_start + PAGE]
+        surface = [
+            (
+                node,
+                describe.clip(describe.event_text(node)),
+                describe.provenance(log, node),
+                type(node.surface_op) is Replace,
+            )
+            for node in map(log.event_at, shown_nodes)
+        ]
+        return page(
+            request,
+            "session.html",
+            header=log.header,
+            length=length,
+            start=start,
+            page_size=PAGE,
+            rows=describe.rows(
+                log, start, min(start + PAGE, length), history, frozenset(nodes), cached.stored
+            ),
+            stored=cached.stored,
+            surface=surface,
+            surface_start=surface_start,
+            node_count=len(nodes),
+            replaced=history.replaced,
+            revision=cached.revision or "",
+        )
+
+    async def event(request: Request) -> Response:
+        session_id = request.path_params["id"]
+        seq = request.path_params["seq"]
+        cached = await viewer.read(session_id)
+        log = cached.session
+        if not 0 <= seq < cached.length:
+            return page(request, "missing.html", 404, what=f"seq {seq} of session {session_id}")
+        chosen = log.event_at(seq)
+        return page(
+            request,
+            "event.html",
+            header=log.header,
+            event=chosen,
+            stored=describe.stored_json(chosen),
+            op=describe.op_text(chosen),
+            length=cached.length,
+            stored_here=seq < cached.stored,
+            cited_by=describe.cited_by(log, seq),
+            shadowed_by=cached.history.shadowed_by().get(seq),
+            provenance=describe.provenance(log, chosen) if chosen.surface_op else "",
+        )
+
+    async def messages(request: Request) -> Response:
+        session_id = request.path_params["id"]
+        cached = await viewer.read(session_id)
+        log, length = cached.session, cached.length
+        at = min(max(_int(request, "at", length - 1), 0), max(length - 1, 0))
+        history = messages_at(log.event_log(), at) if length else []
+        shown = [
+            (message, describe.block_texts(message), describe.source_label(message))
+            for message in history
+        ]
+        return page(
+            request, "messages.html", header=log.header, at=at, length=length, messages=shown
+        )
+
+    async def tail(request: Request) -> Response:
+        """The events after ``after`` (at most ``TAIL``) and the session's revision: what
+        a session page that stays open appends to its log (``viewer.js``)."""
+        session_id = request.path_params["id"]
+        after = _int(request, "after", -1)
+        cached = await viewer.read(session_id)
+        log, history = cached.session, cached.history
+        end = min(after + 1 + TAIL, cached.length)
+        rows = describe.rows(log, after + 1, end, history, frozenset(history.nodes), cached.stored)
+        return JSONResponse(
+            {
+                "revision": cached.revision,
+                "length": cached.length,
+                "events": [row.to_json() for row in rows],
+            }
+        )
+
+    async def failed(request: Request, error: Exception) -> Response:
+        if isinstance(error, SessionNotFoundError):
+            return page(request, "missing.html", 404, what=f"session {error.session_id}")
+        assert isinstance(error, LedgerError)
+        return page(request, "failed.html", 500, error=error)
+
+    async def no_icon(request: Request) -> Response:
+        return Response(status_code=204)  # browsers ask; there is none
+
+    routes = [
+        Route("/", sessions, name="sessions"),
+        Route("/favicon.ico", no_icon),
+        Route("/sessions/{id:path}/events/{seq:int}", event, name="event"),
+        Route("/sessions/{id:path}/messages", messages, name="messages"),
+        Route("/api/sessions/{id:path}/tail", tail, name="tail"),
+        Route("/sessions/{id:path}", session, name="session"),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with viewer.opened():
+            yield
+
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(_SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host)),
+        ],
+        exception_handlers={LedgerError: failed},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,268 @@
+"""What the pages show of a session, built from its events: rows of the log, the surface
+with its provenance, and the replaced ranges (docs/viewer.md).
+
+Pure functions of a ``Session`` read with ``Ledger.inspect``: nothing here reads a store
+or knows about HTTP. Every value is returned as plain text; the templates escape it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import orjson
+
+from sessionledger import Replace, Session, SessionEvent
+
+#: How many characters of an event's text a row shows (its page shows it whole).
+PREVIEW_CHARS: Final = 160
+#: The surface event types (docs/surface.md): the only ones a surface op may carry.
+_MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replaced:
+    """One committed replace: the summary node ``seq`` shadowed ``shadowed`` (the
+    surface nodes from ``start`` to ``end``), citing ``cited``."""
+
+    seq: int
+    type: str
+    start: int
+    end: int
+    shadowed: tuple[int, ...]
+    cited: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SurfaceHistory:
+    """The surface as it stands and every replace that shaped it."""
+
+    nodes: tuple[int, ...]
+    replaced: tuple[Replaced, ...]
+
+    def shadowed_by(self) -> dict[int, int]:
+        """Each shadowed seq → the seq of the summary that shadowed it."""
+        return {seq: item.seq for item in self.replaced for seq in item.shadowed}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One event as a row of the log."""
+
+    seq: int
+    time: str
+    offset: str
+    type: str
+    op: str
+    sources: tuple[int, ...]
+    preview: str
+    shadowed_by: int | None
+    on_surface: bool
+    stored: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The row for the page's live updates (``viewer.js``)."""
+        return dataclasses.asdict(self)
+
+
+def loose_events(session: Session) -> Iterable[SessionEvent]:
+    """The events no chunk run holds, in seq order: surface events are among them."""
+    log = session.event_log()
+    return (event for _, event in log.loose())
+
+
+def surface_history(session: Session) -> SurfaceHistory:
+    """Replay the surface ops of *session* (only its surface events: a large log's
+    chunks are never looked at) and keep what each replace shadowed."""
+    nodes: list[int] = []
+    replaced: list[Replaced] = []
+    for event in loose_events(session):
+        op = event.surface_op
+        if op is None:
+            continue
+        if type(op) is Replace:
+            i = nodes.index(op.start)
+            j = nodes.index(op.end, i)
+            shadowed = tuple(nodes[i : j + 1])
+            nodes[i : j + 1] = [event.seq]
+            cited = tuple(event.source_event_seqs or ())
+            replaced.append(Replaced(event.seq, event.type, op.start, op.end, shadowed, cited))
+        else:
+            nodes.append(event.seq)
+    return SurfaceHistory(tuple(nodes), tuple(replaced))
+
+
+def moment(ms: int) -> str:
+    """An event time as a UTC date and time (its epoch ms when no date can show it)."""
+    try:
+        when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def offset(ms: int, start: int) -> str:
+    """*ms* as seconds after *start* (the session's first event)."""
+    return f"+{(ms - start) / 1000:.3f}s"
+
+
+def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """*text* on one line, cut to *limit* characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return str(value)
+
+
+def block_texts(message: Any) -> list[str]:
+    """Each block of a message as text: texts and reasoning as written, a tool call as
+    name(arguments), a tool result as its content's text, another block by its type."""
+    parts: list[str] = []
+    content = _get(message, "content")
+    for block in content if isinstance(content, list | tuple) else ():
+        kind = _get(block, "type")
+        if kind == "text":
+            parts.append(str(_get(block, "text") or ""))
+        elif kind == "reasoning":
+            parts.append(f"(thinking) {_get(block, 'text') or ''}")
+        elif kind == "tool-call":
+            arguments = _get(block, "arguments")
+            shown = arguments if isinstance(arguments, str) else _json(arguments)
+            parts.append(f"→ {_get(block, 'name')}({shown})")
+        elif kind == "tool-result":
+            error = " [error]" if _get(block, "isError") is True else ""
+            parts.append(" ".join(block_texts(block)) + error)
+        elif kind is not None:
+            parts.append(f"[{kind}]")
+    return [part for part in parts if part]
+
+
+def source_label(message: Any) -> str:
+    """Where a message came from: its source kind and the plugin, model or tool call."""
+    source = _get(message, "source")
+    kind = str(_get(source, "kind"))
+    detail = _get(source, "plugin") or _get(source, "model") or _get(source, "callId")
+    return f"{kind} {detail}" if detail else kind
+
+
+def event_message(event: SessionEvent) -> Any:
+    """The message a message event carries, else None."""
+    if event.type == "user/message":
+        return event.data
+    if event.type in _MESSAGE_TYPES:
+        return _get(event.data, "message")
+    return None
+
+
+def event_text(event: SessionEvent) -> str:
+    """What an event says, in one string: a message's blocks, a delta's text, or its data."""
+    message = event_message(event)
+    if message is not None:
+        role = _get(message, "role")
+        return f"({role}) " + " ".join(block_texts(message))
+    data = event.data
+    chunk = _get(data, "chunk")
+    if chunk is not None:
+        piece = _get(chunk, "text")
+        if piece is None:
+            piece = _get(chunk, "argumentsDelta")
+        if isinstance(piece, str):
+            return f"{_get(chunk, 'type')} {piece!r}"
+    return _json(data)
+
+
+def op_text(event: SessionEvent) -> str:
+    """The event's surface op as text (empty when it has none)."""
+    op = event.surface_op
+    if op is None:
+        return ""
+    if type(op) is Replace:
+        return f"replace {op.start}-{op.end}"
+    return str(op)
+
+
+def rows(
+    session: Session,
+    start: int,
+    end: int,
+    history: SurfaceHistory,
+    nodes: frozenset[int],
+    stored: int,
+) -> list[Row]:
+    """The log's rows from seq *start* up to *end* (exclusive); those from *stored* on
+    are a crash repair's closers, in memory only."""
+    if not session.seq:
+        return []
+    first = session.event_at(0).time
+    shadowed = history.shadowed_by()
+    out = []
+    for seq in range(max(start, 0), min(end, session.seq)):
+        event = session.event_at(seq)
+        out.append(
+            Row(
+                seq=seq,
+                time=moment(event.time),
+                offset=offset(event.time, first),
+                type=event.type,
+                op=op_text(event),
+                sources=tuple(event.source_event_seqs or ()),
+                preview=clip(event_text(event)),
+                shadowed_by=shadowed.get(seq),
+                on_surface=seq in nodes,
+                stored=seq < stored,
+            )
+        )
+    return out
+
+
+def provenance(session: Session, event: SessionEvent) -> str:
+    """Say in words where a surface node came from (its ``sourceEventSeqs``)."""
+    sources = event.source_event_seqs
+    if not sources:
+        if event.type == "user/message":
+            return "typed by the user"
+        return "no sources recorded" if sources is None else "an empty stream"
+    kinds: dict[str, int] = {}
+    for seq in sources:
+        kind = session.event_at(seq).type
+        kinds[kind] = kinds.get(kind, 0) + 1
+    counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
+    if type(event.surface_op) is Replace:
+        return f"summarises {counted}"
+    if event.type == "assistant/message":
+        return f"assembled from {counted}"
+    if event.type == "tool/result":
+        return "answers its tool call"
+    return f"cites {counted}"
+
+
+def cited_by(session: Session, seq: int) -> list[int]:
+    """The events whose ``sourceEventSeqs`` name *seq*."""
+    return [event.seq for event in loose_events(session) if seq in (event.source_event_seqs or ())]
+
+
+def stored_json(event: SessionEvent) -> str:
+    """The event's envelope as stored, indented."""
+    return orjson.dumps(event.to_json(), option=orjson.OPT_INDENT_2).decode()
+
+
+def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive seqs as (first, last) pairs, in order."""
+    out: list[tuple[int, int]] = []
+    for seq in seqs:
+        if out and seq == out[-1][1] + 1:
+            out[-1] = (out[-1][0], seq)
+        else:
+            out.append((seq, seq))
+    return out
