@@ -222,6 +222,7 @@ def _next_commands(
         (f"{prefix} verify {sid}", "envelopes, surface and invariants"),
         (f"{prefix} stats {sid}", "bytes, and what chunk packing saves"),
         (f"{prefix} catalog", "the event types the installed plugins register"),
+        (f"{prefix} view {sid}", "the log and the surface side by side in a browser"),
     ]
     console.rule("Try next")
     for command, what in suggestions:
