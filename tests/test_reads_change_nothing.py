@@ -9,10 +9,11 @@ repair, times at both ends of the ledger's range (±(2**53 - 1) ms, far beyond t
 a date shows) and values nested 100,000 deep. While another process holds one session
 as its writer (and, on SQLite, the database's write lock), every read API and every
 read-only command runs against it, most in this process (the command line's own
-``main``), a few as real subprocesses. The oracle is the store itself, taken before and
-after: every file's bytes and the set of files (JSONL, SQLite), every row of every table
-of the store's schema with its ``xmin`` and ``ctid`` (PostgreSQL: a rewrite with equal
-values moves both), every stored record and summary (memory). Only SQLite's
+``main``), a few as real subprocesses; the viewer serves every page of every session. The
+oracle is the store itself, taken before and after: every file's bytes and the set of
+files (JSONL, SQLite), every row of every table of the store's schema with its ``xmin``
+and ``ctid`` (PostgreSQL: a rewrite with equal values moves both), every stored record
+and summary (memory). Only SQLite's
 shared-memory index (``-shm``), which its readers must update to read at all, may
 change its bytes.
 """
@@ -320,6 +321,55 @@ def as_subprocess(url: str, words: list[str]) -> Run:
     return Run(done.returncode, done.stdout, done.stderr)
 
 
+def as_viewer(url: str) -> Run:
+    """``view`` in its own process: every page of every session fetched over HTTP (the
+    listing, a search, each session's page, every event's, its messages now and at seq 0,
+    its live tail), then Ctrl-C. ``code`` is 0 when every page answered
+    200 and it stopped as Ctrl-C stops a command; ``err`` names what did not."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    env = {key: value for key, value in os.environ.items() if key != "SESSIONLEDGER_STORE"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionledger", "--store", url, "view", "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        env=env,
+    )
+    assert process.stdout is not None
+    base = process.stdout.readline().strip().rstrip("/")
+    problems: list[str] = []
+
+    def get(path: str) -> str:
+        try:
+            with urllib.request.urlopen(base + path, timeout=60) as response:
+                return str(response.read().decode())
+        except (urllib.error.URLError, OSError) as error:
+            problems.append(f"{path}: {error}")
+            return ""
+
+    if base.startswith("http://"):
+        for path in ("/", "/?q=hello", "/?title=far"):
+            get(path)
+        for session_id in IDS:
+            page = f"/sessions/{session_id}"
+            for path in (page, f"{page}/messages", f"{page}/messages?at=0"):
+                get(path)
+            tail = get(f"/api{page}/tail?after=-1")
+            for seq in range(json.loads(tail)["length"] if tail else 0):
+                get(f"{page}/events/{seq}")
+    else:
+        problems.append(f"no URL first: {base!r}")
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    if process.returncode != 130:
+        problems.append(f"exit status {process.returncode}")
+    return Run(0 if not problems else 1, base + "\n" + out, err + "\n".join(problems))
+
+
 #: Every read-only command, each way it reads the store: the session commands on the
 #: sessions whose reading could write (``closed``: its summary is stale; ``open``: torn,
 #: and its open turn a load would close; ``held``: another process's).
@@ -489,6 +539,7 @@ def reading(
             if backend != "memory":
                 for command in SUBPROCESS_COMMANDS:
                     runs[f"process: {command}"] = as_subprocess(url, command.split())
+                runs["process: view"] = as_viewer(url)
             after = state()
         yield Reading(backend, url, before, after, runs, apis)
     finally:

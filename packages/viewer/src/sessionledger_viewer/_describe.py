@@ -118,42 +118,60 @@ def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, Mapping) else None
 
 
+#: Said instead of a value orjson cannot write: one nested deeper than it goes (the
+#: ledger accepts any depth). ``sessionledger show ID --json`` prints such a value whole.
+TOO_DEEP: Final = "(a value nested too deep to show here: sessionledger show --json prints it)"
+#: How deep tool results nested in tool results are followed for their text.
+_NESTED_RESULTS: Final = 16
+
+
 def _json(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
     except (TypeError, orjson.JSONEncodeError):
+        return TOO_DEEP
+
+
+def _text(value: Any) -> str:
+    """A value read from a log as text: a string as it is, a scalar as ``str`` writes it,
+    anything else as compact JSON (never ``repr``: a value may be nested any depth)."""
+    if type(value) is str:
+        return value
+    if value is None or type(value) in (bool, int, float):
         return str(value)
+    return _json(value)
 
 
-def block_texts(message: Any) -> list[str]:
+def block_texts(message: Any, depth: int = 0) -> list[str]:
     """Each block of a message as text: texts and reasoning as written, a tool call as
     name(arguments), a tool result as its content's text, another block by its type."""
     parts: list[str] = []
+    if depth > _NESTED_RESULTS:
+        return ["(tool results nested deeper than shown here)"]
     content = _get(message, "content")
     for block in content if isinstance(content, list | tuple) else ():
         kind = _get(block, "type")
         if kind == "text":
-            parts.append(str(_get(block, "text") or ""))
+            parts.append(_text(_get(block, "text") or ""))
         elif kind == "reasoning":
-            parts.append(f"(thinking) {_get(block, 'text') or ''}")
+            parts.append(f"(thinking) {_text(_get(block, 'text') or '')}")
         elif kind == "tool-call":
             arguments = _get(block, "arguments")
-            shown = arguments if isinstance(arguments, str) else _json(arguments)
-            parts.append(f"→ {_get(block, 'name')}({shown})")
+            parts.append(f"→ {_text(_get(block, 'name'))}({_text(arguments)})")
         elif kind == "tool-result":
             error = " [error]" if _get(block, "isError") is True else ""
-            parts.append(" ".join(block_texts(block)) + error)
+            parts.append(" ".join(block_texts(block, depth + 1)) + error)
         elif kind is not None:
-            parts.append(f"[{kind}]")
+            parts.append(f"[{_text(kind)}]")
     return [part for part in parts if part]
 
 
 def source_label(message: Any) -> str:
     """Where a message came from: its source kind and the plugin, model or tool call."""
     source = _get(message, "source")
-    kind = str(_get(source, "kind"))
+    kind = _text(_get(source, "kind"))
     detail = _get(source, "plugin") or _get(source, "model") or _get(source, "callId")
-    return f"{kind} {detail}" if detail else kind
+    return f"{kind} {_text(detail)}" if detail else kind
 
 
 def event_message(event: SessionEvent) -> Any:
@@ -170,7 +188,7 @@ def event_text(event: SessionEvent) -> str:
     message = event_message(event)
     if message is not None:
         role = _get(message, "role")
-        return f"({role}) " + " ".join(block_texts(message))
+        return f"({_text(role)}) " + " ".join(block_texts(message))
     data = event.data
     chunk = _get(data, "chunk")
     if chunk is not None:
@@ -178,7 +196,7 @@ def event_text(event: SessionEvent) -> str:
         if piece is None:
             piece = _get(chunk, "argumentsDelta")
         if isinstance(piece, str):
-            return f"{_get(chunk, 'type')} {piece!r}"
+            return f"{_text(_get(chunk, 'type'))} {piece!r}"
     return _json(data)
 
 
@@ -253,8 +271,12 @@ def cited_by(session: Session, seq: int) -> list[int]:
 
 
 def stored_json(event: SessionEvent) -> str:
-    """The event's envelope as stored, indented."""
-    return orjson.dumps(event.to_json(), option=orjson.OPT_INDENT_2).decode()
+    """The event's envelope as stored, indented (``TOO_DEEP`` for a value nested deeper
+    than orjson writes)."""
+    try:
+        return orjson.dumps(event.to_json(), option=orjson.OPT_INDENT_2).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return TOO_DEEP
 
 
 def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:
