@@ -171,7 +171,7 @@ async def test_a_session_growing_while_open_shows_its_new_events_without_a_reloa
         browser.execute_script("window.sessionledgerMark = 'same page'")
         async with Ledger.open(url) as ledger:
             session = await ledger.resume("main")
-            appended = closed_turn(session, 4, prompt="one more question", answer="a late answer")
+            appended = closed_turn(session, 6, prompt="one more question", answer="a late answer")
             await ledger.flush(session)
         last = appended[-1].seq
         wait_for(browser, lambda d: d.find_elements(By.ID, f"e{last}"))

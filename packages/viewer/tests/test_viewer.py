@@ -126,6 +126,44 @@ async def test_pages_show_the_log_the_surface_and_provenance_and_write_nothing(
     assert root.exists()
 
 
+async def test_the_timeline_times_turns_steps_and_tools_and_diffs_requests(
+    tmp_path: Path,
+) -> None:
+    url = store_url("sqlite", tmp_path)
+    main = (await fill(url))["main"]
+    events = main.events
+    with viewer(viewer_env(tmp_path), url, "main") as running:
+        page = fetch(running.url + "/timeline")
+        assert "timeline and requests" in fetch(running.url).body
+    assert page.status == 200
+    check_headers(page.headers)
+    turns = [e for e in events if e.type == "turn/start"]
+    for turn in turns:
+        assert f'href="/sessions/main/events/{turn.seq}">turn {turn.data["turn"]}</a>' in page.body
+    steps = [e for e in events if e.type == "step/start"]
+    assert page.body.count('<tr class="step">') == len(steps)
+    # Each tool call links to its call and, with its time, to its result.
+    for call in (e for e in events if e.type == "tool/call"):
+        result = next(
+            e
+            for e in events
+            if e.type == "tool/result"
+            and e.data["message"]["source"]["callId"] == call.data["callId"]
+        )
+        took = f"{(result.time - call.time) / 1000:.3f}s"
+        assert (
+            f'<a href="/sessions/main/events/{call.seq}">{call.data["name"]}</a> '
+            f'<a href="/sessions/main/events/{result.seq}">{took}</a>'
+        ) in page.body
+    # The requests: all of the first header, then only what the second changed.
+    requests = page.body.split("<h2>Requests</h2>", 1)[1]
+    assert requests.count('<td class="path">') == 4  # 3 leaves, then 1 change
+    assert '<td class="path">config.model</td>' in requests
+    changed = requests.split('<td class="path">config.model</td>')[-1].split("</tr>")[0]
+    assert "mock-model" in changed
+    assert "mock-model-2" in changed
+
+
 async def test_hostile_content_is_text(tmp_path: Path) -> None:
     url = store_url("sqlite", tmp_path)
     await fill(url)

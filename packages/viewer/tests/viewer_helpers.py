@@ -61,6 +61,13 @@ async def fill(url: str) -> dict[str, Session]:
         closed_turn(main, 2, prompt="and the numbers?", answer="they grew every quarter")
         compact(main, "summary: a report was read and its numbers grew")
         closed_turn(main, 3, prompt="thanks", answer="glad to help")
+        # Two requests: the second changes the model.
+        config = {"provider": "mock", "model": "mock-model"}
+        for number, reason, model in ((4, "initial", "mock-model"), (5, "change", "mock-model-2")):
+            main.append("turn/start", {"turn": number})
+            header = {"config": {**config, "model": model}, "system": "be brief"}
+            main.append("request/header", {"reason": reason, "header": header})
+            main.append("turn/end", {"turn": number, "reason": {"kind": "completed"}})
         await ledger.flush(main)
         child = await ledger.fork("main", turn[-1].seq, child_id="child")
         await ledger.flush(child)

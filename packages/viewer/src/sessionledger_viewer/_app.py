@@ -34,11 +34,13 @@ from sessionledger import (
     SessionNotFoundError,
     messages_at,
 )
-from sessionledger_viewer import _describe as describe
+from sessionledger_viewer import _describe as describe, _timeline as timing
 
 _HERE: Final = Path(__file__).parent
 #: Events per page of the log, surface nodes per page of the surface.
 PAGE: Final = 200
+#: Turns per page of the timeline.
+TURNS: Final = 100
 #: Sessions per page of the listing, hits of a search.
 LISTED: Final = 50
 #: New events one live update carries at most (the page asks again for the rest).
@@ -189,6 +191,8 @@ def create_app(
     )
     environment.filters["ranges"] = describe.seq_ranges
     environment.globals["moment"] = describe.moment
+    environment.globals["seconds"] = timing.seconds
+    environment.globals["shown"] = timing.shown
     templates = Jinja2Templates(env=environment)
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -279,6 +283,26 @@ def create_app(
             request, "messages.html", header=log.header, at=at, length=length, messages=shown
         )
 
+    async def timeline(request: Request) -> Response:
+        session_id = request.path_params["id"]
+        cached = await viewer.read(session_id)
+        log, length = cached.session, cached.length
+        turns = timing.timeline(log, length)
+        first = min(max(_int(request, "from", max(len(turns) - TURNS, 0)), 0), len(turns))
+        shown_turns = turns[first : first + TURNS]
+        spans = [t.took for t in shown_turns] + [s.took for t in shown_turns for s in t.steps]
+        return page(
+            request,
+            "timeline.html",
+            header=log.header,
+            turns=shown_turns,
+            turn_count=len(turns),
+            first=first,
+            page_size=TURNS,
+            longest=max([span for span in spans if span is not None] or [1]) or 1,
+            requests=timing.requests(log, length),
+        )
+
     async def tail(request: Request) -> Response:
         """The events after ``after`` (at most ``TAIL``) and the session's revision: what
         a session page that stays open appends to its log (``viewer.js``)."""
@@ -310,6 +334,7 @@ def create_app(
         Route("/favicon.ico", no_icon),
         Route("/sessions/{id:path}/events/{seq:int}", event, name="event"),
         Route("/sessions/{id:path}/messages", messages, name="messages"),
+        Route("/sessions/{id:path}/timeline", timeline, name="timeline"),
         Route("/api/sessions/{id:path}/tail", tail, name="tail"),
         Route("/sessions/{id:path}", session, name="session"),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),

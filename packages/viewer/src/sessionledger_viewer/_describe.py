@@ -132,7 +132,7 @@ def _json(value: Any) -> str:
         return TOO_DEEP
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     """A value read from a log as text: a string as it is, a scalar as ``str`` writes it,
     anything else as compact JSON (never ``repr``: a value may be nested any depth)."""
     if type(value) is str:
@@ -152,26 +152,26 @@ def block_texts(message: Any, depth: int = 0) -> list[str]:
     for block in content if isinstance(content, list | tuple) else ():
         kind = _get(block, "type")
         if kind == "text":
-            parts.append(_text(_get(block, "text") or ""))
+            parts.append(as_text(_get(block, "text") or ""))
         elif kind == "reasoning":
-            parts.append(f"(thinking) {_text(_get(block, 'text') or '')}")
+            parts.append(f"(thinking) {as_text(_get(block, 'text') or '')}")
         elif kind == "tool-call":
             arguments = _get(block, "arguments")
-            parts.append(f"→ {_text(_get(block, 'name'))}({_text(arguments)})")
+            parts.append(f"→ {as_text(_get(block, 'name'))}({as_text(arguments)})")
         elif kind == "tool-result":
             error = " [error]" if _get(block, "isError") is True else ""
             parts.append(" ".join(block_texts(block, depth + 1)) + error)
         elif kind is not None:
-            parts.append(f"[{_text(kind)}]")
+            parts.append(f"[{as_text(kind)}]")
     return [part for part in parts if part]
 
 
 def source_label(message: Any) -> str:
     """Where a message came from: its source kind and the plugin, model or tool call."""
     source = _get(message, "source")
-    kind = _text(_get(source, "kind"))
+    kind = as_text(_get(source, "kind"))
     detail = _get(source, "plugin") or _get(source, "model") or _get(source, "callId")
-    return f"{kind} {_text(detail)}" if detail else kind
+    return f"{kind} {as_text(detail)}" if detail else kind
 
 
 def event_message(event: SessionEvent) -> Any:
@@ -188,7 +188,7 @@ def event_text(event: SessionEvent) -> str:
     message = event_message(event)
     if message is not None:
         role = _get(message, "role")
-        return f"({_text(role)}) " + " ".join(block_texts(message))
+        return f"({as_text(role)}) " + " ".join(block_texts(message))
     data = event.data
     chunk = _get(data, "chunk")
     if chunk is not None:
@@ -196,7 +196,7 @@ def event_text(event: SessionEvent) -> str:
         if piece is None:
             piece = _get(chunk, "argumentsDelta")
         if isinstance(piece, str):
-            return f"{_text(_get(chunk, 'type'))} {piece!r}"
+            return f"{as_text(_get(chunk, 'type'))} {piece!r}"
     return _json(data)
 
 
