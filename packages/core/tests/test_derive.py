@@ -378,6 +378,19 @@ def test_messages_at_equals_the_live_view_at_every_seq(log: list[dict[str, Any]]
         assert messages_at(s.events, seq) == view
 
 
+@settings(max_examples=100)
+@given(st.one_of(surface_logs(max_events=20), session_logs(max_turns=2)))
+def test_messages_at_on_a_compact_log_equals_it_on_the_events(log: list[dict[str, Any]]) -> None:
+    """A compact log (its deltas in runs) gives the view the plain events give, at every
+    seq, without building its deltas."""
+    s = new()
+    for envelope in log:
+        append_envelope(s, envelope)
+    compact, plain = s.event_log(), s.events
+    for seq in range(len(plain)):
+        assert messages_at(compact, seq) == messages_at(plain, seq)
+
+
 # --- request header and context -------------------------------------------------------------
 
 CONFIG = {"provider": "mock", "model": "m"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, final
 
+from sessionledger._errors import SeedError
 from sessionledger.model._eventlog import EventLog
 from sessionledger.model._events import APPEND, SessionEvent
 from sessionledger.model._snapshot import FrozenDict
@@ -77,11 +78,33 @@ def messages_at(events: Sequence[SessionEvent], seq: int) -> list[Any]:
     """Return the model view right after the event *seq* (inclusive): time travel."""
     if type(seq) is not int or not 0 <= seq < len(events):
         raise IndexError(f"seq {seq!r} is not in a log of {len(events)} events")
+    if type(events) is EventLog:
+        return _messages_in_log(events, seq)
     prefix = events[: seq + 1]
     return [
         message
         for node in fold_surface(prefix).nodes
         if (message := project_message(prefix[node])) is not None
+    ]
+
+
+def _messages_in_log(log: EventLog, seq: int) -> list[Any]:
+    """``messages_at`` on a compact log: the surface folded over the events no run holds
+    (a run holds only deltas, which never touch the surface), so a large log's deltas
+    are never built. The same checks as ``fold_surface``: the same errors."""
+    manager = SurfaceManager(log)
+    for index, event in log.loose():
+        if index > seq:
+            break
+        if event.seq != index:
+            raise SeedError(
+                f"event at index {index} has seq {event.seq}; a log is contiguous from 0",
+                index=index,
+                code="SEQ_GAP",
+            )
+        manager.apply(event, manager.plan(event))
+    return [
+        message for node in manager.nodes if (message := project_message(log[node])) is not None
     ]
 
 
