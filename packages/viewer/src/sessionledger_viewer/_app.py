@@ -45,8 +45,10 @@ TURNS: Final = 100
 LISTED: Final = 50
 #: New events one live update carries at most (the page asks again for the rest).
 TAIL: Final = 500
-#: How far back from the end a repair's closers can reach: where the stored tail is read.
-_CLOSERS_AT_MOST: Final = 1024
+#: Sessions per page when the listing is read for one session's stored length.
+_LISTED_AT_ONCE: Final = 500
+#: Messages per page of the messages at a seq.
+MESSAGES: Final = 100
 
 #: Every response's policy: nothing from anywhere but this server, no inline script or
 #: style, no frames, no forms posted elsewhere. Session content is untrusted.
@@ -130,16 +132,14 @@ class Viewer:
         return None if persistence is None else await persistence.revision(session_id)
 
     async def _stored_length(self, session_id: str, length: int) -> int:
-        """How many of a session's *length* events are stored: a repair's closers are
-        a few events after them, not stored until a resume writes them."""
-        persistence = self.ledger.persistence
-        if persistence is None or not length:
-            return length
-        start = max(length - _CLOSERS_AT_MOST, 0)
-        tail = await persistence.read_from(session_id, start)
-        if not tail and start:
-            tail = await persistence.read_from(session_id, 0)
-        return tail[-1].seq + 1 if tail else 0
+        """How many of a session's *length* events are stored: a repair's closers come
+        after them, in memory until a resume writes them. The listing's summary counts
+        the stored events without reading them (the log is read only when the store's
+        summary is missing or stale)."""
+        async for info in self.ledger.list_sessions(limit=_LISTED_AT_ONCE):
+            if info.id == session_id:
+                return min(info.events, length) if info.problem is None else length
+        return length
 
     async def read(self, session_id: str) -> _Cached:
         """The session as stored now (repaired in memory only, as ``inspect`` does)."""
@@ -275,12 +275,22 @@ def create_app(
         log, length = cached.session, cached.length
         at = min(max(_int(request, "at", length - 1), 0), max(length - 1, 0))
         history = messages_at(log.event_log(), at) if length else []
+        count = len(history)
+        first = min(max(_int(request, "from", max(count - MESSAGES, 0)), 0), count)
         shown = [
             (message, describe.block_texts(message), describe.source_label(message))
-            for message in history
+            for message in history[first : first + MESSAGES]
         ]
         return page(
-            request, "messages.html", header=log.header, at=at, length=length, messages=shown
+            request,
+            "messages.html",
+            header=log.header,
+            at=at,
+            length=length,
+            messages=shown,
+            count=count,
+            first=first,
+            page_size=MESSAGES,
         )
 
     async def timeline(request: Request) -> Response:
