@@ -164,6 +164,34 @@ async def test_the_timeline_times_turns_steps_and_tools_and_diffs_requests(
     assert "mock-model-2" in changed
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_closers_a_resume_would_append_are_shown_as_not_stored(
+    tmp_path: Path, kind: str
+) -> None:
+    from sessionledger.testing.builders import open_turn_with_pending_call
+
+    url = store_url(kind, tmp_path)
+    async with Ledger.open(url) as ledger:
+        crashed = ledger.create("crashed")
+        stored = open_turn_with_pending_call(crashed, 1)
+        await ledger.flush(crashed)
+    length = len(stored)
+    before = snapshot(tmp_path)
+    with viewer(viewer_env(tmp_path), url, "crashed") as running:
+        page = fetch(running.url)
+        last_stored = fetch(f"{running.url}/events/{length - 1}")
+        closer = fetch(f"{running.url}/events/{length}")
+    assert snapshot(tmp_path) == before  # shown, not written
+    rows = re.findall(r'<tr id="e(\d+)" class="([^"]*)"', page.body)
+    unstored = [int(seq) for seq, classes in rows if "unstored" in classes]
+    assert unstored
+    assert unstored == list(range(length, length + len(unstored)))
+    assert "closers a resume would append" in page.body
+    assert "<h2>As stored</h2>" in last_stored.body
+    assert "<h2>Not stored: a closer a resume would append</h2>" in closer.body
+    assert "TOOL_OUTCOME_UNKNOWN" in closer.body or "turn/end" in closer.body
+
+
 async def test_hostile_content_is_text(tmp_path: Path) -> None:
     url = store_url("sqlite", tmp_path)
     await fill(url)
