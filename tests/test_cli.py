@@ -1379,6 +1379,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "search": ("x",),
     "reindex": (),
     "view": (),
+    "export": ("x", "--format", "sts"),
 }
 
 

@@ -393,6 +393,9 @@ SESSION_COMMANDS = (
     "verify {} --json",
     "repair {} --dry-run",
     "repair --salvage {} --dry-run",
+    "export {} --format sts",
+    "export {} --format markdown",
+    "export {} --format html",
 )
 #: What shows the times and depths the ledger accepts: the same everywhere, each read
 #: through the backend's own decoding.
@@ -403,6 +406,9 @@ DISPLAY_COMMANDS = (
     "show far --json",
     "show deep",
     "show deep --json",
+    "export deep --format html",
+    "export far --format html",
+    "export past --format sts",
     "messages deep --json",
     "transcript deep --json",
     "stats past --json",
@@ -622,6 +628,16 @@ def test_every_command_shows_the_times_and_depths_the_ledger_accepts(reading: Re
     verified = jsoncodec.loads(runs["verify deep --json"].out.encode())
     assert verified["ok"] is True
     assert [report["events"] for report in verified["sessions"]] == [4]
+    # The exports: a time no date shows, as its ms; a value too deep for the page, named.
+    assert latest in runs["export far --format html"].out
+    assert "nested too deep to show here" in runs["export deep --format html"].out
+    [head, *lines] = [
+        jsoncodec.loads(line.encode()) for line in runs["export past --format sts"].out.splitlines()
+    ]
+    assert head["id"] == "past"
+    assert lines[0]["message"]["timestamp"] == next(
+        e.time for e in past if e.type == "user/message"
+    )
 
 
 def test_only_reindex_stores_what_a_listing_computed(reading: Reading) -> None:

@@ -180,3 +180,33 @@ async def test_a_session_growing_while_open_shows_its_new_events_without_a_reloa
         assert "one more question" in row.text
         assert browser.find_element(By.ID, "length").text == str(session.seq)
         browser.save_screenshot(str(shots / "grown.png"))
+
+
+async def test_an_exported_page_opens_offline_and_runs_nothing(
+    tmp_path: Path, browser: Any, shots: Path
+) -> None:
+    import subprocess
+
+    from selenium.webdriver.common.by import By
+
+    url = store_url("sqlite", tmp_path)
+    await fill(url)
+    for session_id in ("main", "hostile"):
+        page = tmp_path / f"{session_id}.html"
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionledger", "--store", url, "export", session_id,
+             "--format", "html", "-o", str(page)],
+            env=viewer_env(tmp_path), capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        browser.get(page.as_uri())
+        assert browser.title == f"{session_id} · sessionledger export"
+        assert no_alert(browser)
+        assert browser.find_elements(By.CSS_SELECTOR, "img") == []
+        browser.save_screenshot(str(shots / f"{session_id}.png"))
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "<script>alert(" in text
+    browser.get((tmp_path / "main.html").as_uri())
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.events tr.shadowed")
+    assert rows
+    assert rows[0].value_of_css_property("text-decoration-line") == "line-through"

@@ -8,6 +8,7 @@ import html
 import json
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -296,3 +297,87 @@ def test_without_the_viewer_installed_the_command_says_what_to_install(tmp_path:
         ", a dependency of sessionledger-viewer: install starlette, or reinstall "
         "sessionledger-viewer (from a checkout: pip install ./packages/viewer)\n"
     )
+
+
+def export(env: dict[str, str], url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessionledger", "--store", url, "export", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_exports_write_what_other_tools_read_and_change_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    url = store_url("sqlite", root)
+    made = await fill(url)
+    main = made["main"]
+    env = viewer_env(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    before = snapshot(root)
+    # STS: a session line, then a message line per message the user saw, with times.
+    sts = export(env, url, "main", "--format", "sts")
+    assert sts.returncode == 0, sts.stderr
+    lines = [json.loads(line) for line in sts.stdout.splitlines()]
+    assert lines[0] == {
+        "type": "session",
+        "harness": "sessionledger",
+        "id": "main",
+        "name": "a compacted session",
+    }
+    seen = main.transcript()
+    assert len(lines) == 1 + len(seen)
+    assert all(line["type"] == "message" for line in lines[1:])
+    roles = [line["message"]["role"] for line in lines[1:]]
+    assert roles[0] == "user"
+    assert "tool" in roles
+    for line in lines[1:]:
+        message = line["message"]
+        assert type(message["timestamp"]) is int
+        if message["role"] == "tool":  # stitched to the call it answers
+            calls = [
+                call["id"] for other in lines[1:] for call in other["message"].get("toolCalls", ())
+            ]
+            assert message["toolCallId"] in calls
+    # Markdown: the transcript, as piped output prints it, under the session's facts.
+    text = export(env, url, "main", "--format", "markdown").stdout
+    assert text.startswith(f"# transcript of main ({len(seen)} messages)\n\n- title: ")
+    assert "    read the report" in text
+    # The provider formats: what `messages --format` prints.
+    for kind in ("openai", "anthropic"):
+        exported = export(env, url, "main", "--format", kind)
+        printed = subprocess.run(
+            [sys.executable, "-m", "sessionledger", "--store", url, "messages", "main",
+             "--format", kind],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert json.loads(exported.stdout) == json.loads(printed.stdout)
+    # HTML: one file, no script, every link inside it, the same views as the pages.
+    page = out / "main.html"
+    written = export(env, url, "main", "--format", "html", "-o", str(page))
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == ""
+    body = page.read_text(encoding="utf-8")
+    assert "<script" not in body
+    assert all(link.startswith("#") for link in links(body)), "a link leaves the file"
+    summary = next(e for e in main.events if e.source_event_seqs and e.surface_op != "append")
+    assert f'id="replace-{summary.seq}"' in body
+    assert f'<tr id="e{summary.seq}"' in body
+    assert body.count('<tr id="e') == main.seq
+    assert 'class="grid timeline"' in body
+    assert "summary: a report was read" in body
+    hostile = export(env, url, "hostile", "--format", "html").stdout
+    assert "<script>alert" not in hostile
+    assert "&lt;script&gt;alert" in hostile
+    # Nothing is left half-written, and the store is as it was.
+    assert sorted(path.name for path in out.iterdir()) == ["main.html"]
+    assert snapshot(root) == before
+    refused = export(env, url, "main", "--format", "sts", "-o", str(tmp_path / "no" / "x.jsonl"))
+    assert refused.returncode == 2
+    assert "its folder does not exist" in refused.stderr

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,7 +37,7 @@ from sessionledger import (
 )
 from sessionledger_viewer import _describe as describe, _timeline as timing
 
-_HERE: Final = Path(__file__).parent
+HERE: Final = Path(__file__).parent
 #: Events per page of the log, surface nodes per page of the surface.
 PAGE: Final = 200
 #: Turns per page of the timeline.
@@ -158,6 +159,18 @@ class Viewer:
         return cached
 
 
+def event_href(session_id: str) -> Callable[[int], str]:
+    """Where a link to an event of *session_id* goes: its page."""
+    base = "/sessions/" + urllib.parse.quote(session_id, safe="")
+    return lambda seq: f"{base}/events/{seq}"
+
+
+def messages_href(session_id: str) -> Callable[[int], str]:
+    """Where a link to the messages of *session_id* at a seq goes."""
+    base = "/sessions/" + urllib.parse.quote(session_id, safe="")
+    return lambda seq: f"{base}/messages?at={seq}"
+
+
 def _int(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name)
     if value is None or not value.strip():
@@ -166,6 +179,21 @@ def _int(request: Request, name: str, default: int) -> int:
         return int(value)
     except ValueError:
         return default
+
+
+def environment() -> Environment:
+    """The templates, every value escaped (session content is untrusted)."""
+    templates = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    templates.filters["ranges"] = describe.seq_ranges
+    templates.globals["moment"] = describe.moment
+    templates.globals["seconds"] = timing.seconds
+    templates.globals["shown"] = timing.shown
+    return templates
 
 
 def allowed_hosts(host: str) -> list[str]:
@@ -183,17 +211,7 @@ def create_app(
     """The viewer of the store at *store_url*, as an ASGI application, for a server that
     listens on *host*."""
     viewer = Viewer(store_url, plugins)
-    environment = Environment(
-        loader=FileSystemLoader(_HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    environment.filters["ranges"] = describe.seq_ranges
-    environment.globals["moment"] = describe.moment
-    environment.globals["seconds"] = timing.seconds
-    environment.globals["shown"] = timing.shown
-    templates = Jinja2Templates(env=environment)
+    templates = Jinja2Templates(env=environment())
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         return templates.TemplateResponse(
@@ -245,6 +263,8 @@ def create_app(
             node_count=len(nodes),
             replaced=history.replaced,
             revision=cached.revision or "",
+            href=event_href(session_id),
+            before=messages_href(session_id),
         )
 
     async def event(request: Request) -> Response:
@@ -311,6 +331,7 @@ def create_app(
             page_size=TURNS,
             longest=max([span for span in spans if span is not None] or [1]) or 1,
             requests=timing.requests(log, length),
+            href=event_href(session_id),
         )
 
     async def tail(request: Request) -> Response:
@@ -347,7 +368,7 @@ def create_app(
         Route("/sessions/{id:path}/timeline", timeline, name="timeline"),
         Route("/api/sessions/{id:path}/tail", tail, name="tail"),
         Route("/sessions/{id:path}", session, name="session"),
-        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
     @contextlib.asynccontextmanager

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "search": "searching:search",
     "reindex": "indexing:reindex",
     "view": "viewing:view",
+    "export": "exporting:export",
 }
 
 STORE_HELP = (
@@ -325,6 +326,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("id", nargs="?", metavar="ID", help="one session (default: all)")
     _add_json(reindex, "the outcome")
+
+    export = add(
+        "export",
+        "write a session in another format: markdown (the transcript), sts (the Hugging "
+        "Face Hub's agent-trace JSONL), openai or anthropic (the derived messages), html "
+        "(one self-contained page of the viewer's views)",
+    )
+    export.add_argument("id", metavar="ID")
+    export.add_argument(
+        "--format", choices=("markdown", "sts", "openai", "anthropic", "html"), required=True
+    )
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write FILE (whole, or not at all) instead of stdout"
+    )
 
     view = add(
         "view",

@@ -4,7 +4,6 @@ docs/viewer.md). The core only starts it: the web stack stays out of the core.""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from sessionledger._errors import ConfigError
@@ -18,7 +17,7 @@ async def view(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0 (a free port) to 65535, got {args.port}")
     check_backend(args.store_url, args.plugins)
     try:
-        viewer = importlib.import_module("sessionledger_viewer")
+        import sessionledger_viewer as viewer  # the optional package: imported on use
     except ModuleNotFoundError as error:
         if error.name != "sessionledger_viewer":
             raise  # a dependency of an installed viewer: the entry point names it
