@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from sessionledger_viewer import CONTENT_SECURITY_POLICY
-from viewer_helpers import fetch, fill, snapshot, store_url, viewer, viewer_env
+from viewer_helpers import HUGE, fetch, fill, snapshot, store_url, viewer, viewer_env
 
 from sessionledger import Ledger
 
@@ -213,6 +213,12 @@ async def test_hostile_content_is_text(tmp_path: Path) -> None:
         assert re.findall(r"<script[^>]*>", page.body) in ([], ['<script src="/static/viewer.js">'])
         assert not re.search(r"\son[a-z]+=", page.body.replace("onerror=alert(1)&gt;", ""))
     assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in pages[1].body
+    # A huge line: a row shows its start, its event's page the whole of it.
+    assert len(pages[1].body) < 200_000
+    assert "HUGE-END" not in pages[1].body
+    with viewer(viewer_env(tmp_path), url) as running:
+        whole = fetch(running.base + "/sessions/hostile/events/2")
+    assert HUGE in whole.body
 
 
 async def test_an_empty_or_missing_store_is_shown_empty_and_not_created(tmp_path: Path) -> None:
@@ -250,6 +256,53 @@ async def test_another_address_to_listen_on_is_accepted_as_a_host(tmp_path: Path
         assert fetch(running.url).status == 200
         assert fetch(running.url, host="localhost").status == 200
         assert fetch(running.url, host="attacker.example").status == 400
+
+
+def test_a_browser_opens_only_on_a_terminal_and_never_with_no_browser(tmp_path: Path) -> None:
+    """``$BROWSER`` (Python's ``webbrowser``) names a script that notes the URL it is
+    given: run on a pseudo-terminal it is called, piped or with ``--no-browser`` it is not."""
+    import os
+    import pty
+    import time
+
+    noted = tmp_path / "opened"
+    script = tmp_path / "browser.sh"
+    script.write_text(f'#!/bin/sh\necho "$1" >> {noted}\n')
+    script.chmod(0o755)
+    env = {**viewer_env(tmp_path), "BROWSER": f"{script} %s"}
+    command = [sys.executable, "-m", "sessionledger", "view", "--store", "memory:x"]
+
+    def on_terminal(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        process = subprocess.Popen(
+            [*command, *extra], env=env, stdin=follower, stdout=follower, stderr=follower
+        )
+        os.close(follower)
+        first = b""
+        while not first.endswith(b"\n"):
+            first += os.read(leader, 1)
+        deadline = time.monotonic() + 20
+        while not noted.exists() and "--no-browser" not in extra and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        os.close(leader)
+        return first.decode().strip()
+
+    url = on_terminal()
+    assert url.startswith("http://127.0.0.1:")
+    assert noted.read_text().split() == [url]
+    noted.unlink()
+    on_terminal("--no-browser")
+    with viewer(env, "memory:x"):  # piped (the helper adds --no-browser: run it bare too)
+        pass
+    piped = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert piped.stdout is not None
+    piped.stdout.readline()
+    time.sleep(1)
+    piped.send_signal(signal.SIGINT)
+    piped.communicate(timeout=30)
+    assert not noted.exists()
 
 
 def test_a_port_that_cannot_be_used_is_one_line_of_error(tmp_path: Path) -> None:

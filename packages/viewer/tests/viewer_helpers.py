@@ -25,6 +25,10 @@ HOSTILE = (
 )
 
 
+#: One line far longer than any page shows in a row (its event's page shows it whole).
+HUGE = "y" * 300_000 + " HUGE-END"
+
+
 @dataclasses.dataclass
 class Fetched:
     status: int
@@ -74,6 +78,7 @@ async def fill(url: str) -> dict[str, Session]:
         hostile = ledger.create("hostile", title=HOSTILE)
         hostile.append("turn/start", {"turn": 1})
         hostile.append("user/message", user_message(HOSTILE), surface_op="append")
+        hostile.append("user/message", user_message(HUGE), surface_op="append")
         await ledger.flush(hostile)
         return {"main": main, "child": child, "hostile": hostile}
 
