@@ -138,3 +138,12 @@ def test_the_collector_figure_pairs_its_two_sizes() -> None:
     assert figure.low <= figure.ratio <= figure.high
     assert "beside it" in figure.absolute
     assert "2 paired ratios" in figure.note
+
+
+@pytest.mark.slow
+def test_viewer_group_runs() -> None:
+    results = run.run_groups(["viewer"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    figures = {figure.key: figure for figure in results["figures"]}
+    assert {"13-viewer-first", "13-viewer-later"} <= set(figures)
+    assert all(figure.ratio is not None and figure.ratio > 0 for figure in figures.values())
