@@ -9,6 +9,7 @@ is kept while its stored revision stays the same, so paging a large log reads it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import urllib.parse
@@ -112,6 +113,8 @@ class Viewer:
         self.plugins = tuple(plugins)
         self._ledger: Ledger | None = None
         self._cache: dict[str, _Cached] = {}
+        # One read at a time: two pages of a large log asked for at once read it once.
+        self._reading = asyncio.Lock()
 
     @property
     def ledger(self) -> Ledger:
@@ -144,6 +147,10 @@ class Viewer:
 
     async def read(self, session_id: str) -> _Cached:
         """The session as stored now (repaired in memory only, as ``inspect`` does)."""
+        async with self._reading:
+            return await self._read(session_id)
+
+    async def _read(self, session_id: str) -> _Cached:
         revision = await self.revision(session_id)
         cached = self._cache.get(session_id)
         if cached is not None and revision is not None and cached.revision == revision:

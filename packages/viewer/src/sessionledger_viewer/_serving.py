@@ -27,7 +27,6 @@ def bind(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
-        sock.set_inheritable(True)
     except BaseException:
         sock.close()
         raise
