@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from sessionledger._errors import ConfigError
-from sessionledger.cli._missing import install_hint
 from sessionledger.cli._preview import lookup
 from sessionledger.cli._render import message_markdown
 from sessionledger.cli._stores import opened_store
+from sessionledger.cli._viewing import load_viewer
 from sessionledger.cli._words import plural
 from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger.model._derive import RequestFolds, messages_at, project_message
@@ -144,13 +144,7 @@ def _provider(kind: str, events: Sequence[SessionEvent]) -> Any:
 
 
 def _html(store_url: str, header: SessionHeader, events: Sequence[SessionEvent]) -> str:
-    try:
-        import sessionledger_viewer as viewer  # the optional package: imported on use
-    except ModuleNotFoundError as error:
-        if error.name != "sessionledger_viewer":
-            raise
-        hint = install_hint("sessionledger-viewer")
-        raise ConfigError(f"--format html needs the viewer; {hint}") from None
+    viewer = load_viewer("--format html needs the viewer")
     page: str = viewer.export_html(store_url, header, events)
     return page
 
