@@ -21,6 +21,7 @@ from sessionledger import (
     user_message,
 )
 from sessionledger.model._derive import canonical_request_header, project_message
+from sessionledger.model._surface import fold_surface
 from sessionledger.testing.strategies import session_logs, surface_logs
 
 # --- builders -------------------------------------------------------------------------------
@@ -382,13 +383,14 @@ def test_messages_at_equals_the_live_view_at_every_seq(log: list[dict[str, Any]]
 @given(st.one_of(surface_logs(max_events=20), session_logs(max_turns=2)))
 def test_messages_at_on_a_compact_log_equals_it_on_the_events(log: list[dict[str, Any]]) -> None:
     """A compact log (its deltas in runs) gives the view the plain events give, at every
-    seq, without building its deltas."""
+    seq, and the same surface fold, without building its deltas."""
     s = new()
     for envelope in log:
         append_envelope(s, envelope)
     compact, plain = s.event_log(), s.events
     for seq in range(len(plain)):
         assert messages_at(compact, seq) == messages_at(plain, seq)
+    assert fold_surface(compact) == fold_surface(plain)
 
 
 # --- request header and context -------------------------------------------------------------

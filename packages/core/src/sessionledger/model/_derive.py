@@ -5,14 +5,13 @@ What each view shows: docs/reading.md, "derived views".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, final
 
-from sessionledger._errors import SeedError
 from sessionledger.model._eventlog import EventLog
 from sessionledger.model._events import APPEND, SessionEvent
 from sessionledger.model._snapshot import FrozenDict
-from sessionledger.model._surface import SurfaceManager, fold_surface
+from sessionledger.model._surface import SurfaceManager, fold_log, fold_surface
 from sessionledger.model._vocabulary import (
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,
@@ -78,8 +77,12 @@ def messages_at(events: Sequence[SessionEvent], seq: int) -> list[Any]:
     """Return the model view right after the event *seq* (inclusive): time travel."""
     if type(seq) is not int or not 0 <= seq < len(events):
         raise IndexError(f"seq {seq!r} is not in a log of {len(events)} events")
-    if type(events) is EventLog:
-        return _messages_in_log(events, seq)
+    if type(events) is EventLog:  # its deltas are never folded, nor built
+        return [
+            message
+            for node in fold_log(events, seq).nodes
+            if (message := project_message(events[node])) is not None
+        ]
     prefix = events[: seq + 1]
     return [
         message
@@ -88,39 +91,22 @@ def messages_at(events: Sequence[SessionEvent], seq: int) -> list[Any]:
     ]
 
 
-def _messages_in_log(log: EventLog, seq: int) -> list[Any]:
-    """``messages_at`` on a compact log: the surface folded over the events no run holds
-    (a run holds only deltas, which never touch the surface), so a large log's deltas
-    are never built. The same checks as ``fold_surface``: the same errors."""
-    manager = SurfaceManager(log)
-    for index, event in log.loose():
-        if index > seq:
-            break
-        if event.seq != index:
-            raise SeedError(
-                f"event at index {index} has seq {event.seq}; a log is contiguous from 0",
-                index=index,
-                code="SEQ_GAP",
-            )
-        manager.apply(event, manager.plan(event))
-    return [
-        message for node in manager.nodes if (message := project_message(log[node])) is not None
-    ]
-
-
 def transcript(events: Sequence[SessionEvent]) -> list[Any]:
     """Return what the user saw: messages of append-origin surface events, in log order,
     including those a later replace shadowed (a compaction summary is not shown).
     """
+    return [message for _, message in transcript_events(events)]
+
+
+def transcript_events(events: Sequence[SessionEvent]) -> Iterator[tuple[SessionEvent, Any]]:
+    """``transcript``, each message with the event that carries it (its time, its seq)."""
     # Streamed deltas are never messages: a compact log skips its runs unread.
     loose = events.unpacked() if type(events) is EventLog else events
-    return [
-        message
-        for event in loose
-        if event.type in SURFACE_TYPES
-        and event.surface_op == APPEND
-        and (message := project_message(event)) is not None
-    ]
+    for event in loose:
+        if event.type in SURFACE_TYPES and event.surface_op == APPEND:
+            message = project_message(event)
+            if message is not None:
+                yield event, message
 
 
 def canonical_request_header(header: Any) -> FrozenDict:

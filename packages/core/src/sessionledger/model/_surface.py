@@ -14,6 +14,7 @@ from typing import Any, Final, final
 
 from sessionledger._accelerator import choose
 from sessionledger._errors import SeedError, SurfaceError
+from sessionledger.model._eventlog import EventLog
 from sessionledger.model._events import APPEND, Replace, SessionEvent
 from sessionledger.model._vocabulary import ASSISTANT_MESSAGE, SURFACE_TYPES, TOOL_RESULT
 
@@ -255,26 +256,54 @@ def fold_surface(events: Iterable[SessionEvent | Mapping[str, Any]]) -> SurfaceF
     Pure: raises the same ``SurfaceError`` a session would for the same log, and
     ``SeedError`` (code ``SEQ_GAP``) when seqs are not contiguous from 0.
     """
+    if type(events) is EventLog:
+        return fold_log(events, len(events) - 1)
     log: list[SessionEvent] = []
     manager = SurfaceManager(log)
     replacements: list[Replacement] = []
     for index, item in enumerate(events):
         event = item if type(item) is SessionEvent else SessionEvent.from_json(item)
-        if event.seq != index:
-            raise SeedError(
-                f"event at index {index} has seq {event.seq}; a log is contiguous from 0",
-                index=index,
-                code="SEQ_GAP",
-            )
-        plan = manager.plan(event)
-        shadowed = manager.shadowed_by(plan)
-        if shadowed:
-            op = event.surface_op
-            assert type(op) is Replace
-            replacements.append(Replacement(event.seq, op.start, op.end, shadowed))
-        log.append(event)
-        manager.apply(event, plan)
+        _fold_one(manager, replacements, index, event, log.append)
     return SurfaceFold(manager.nodes, tuple(replacements))
+
+
+def fold_log(log: EventLog, upto: int) -> SurfaceFold:
+    """``fold_surface`` of a compact log's events 0 to *upto*: only the events no run
+    holds are folded (a run holds deltas, which never touch the surface), so a large
+    log's deltas are never built. The same checks: the same errors."""
+    manager = SurfaceManager(log)
+    replacements: list[Replacement] = []
+    for index, event in log.loose():
+        if index > upto:
+            break
+        _fold_one(manager, replacements, index, event, None)
+    return SurfaceFold(manager.nodes, tuple(replacements))
+
+
+def _fold_one(
+    manager: SurfaceManager,
+    replacements: list[Replacement],
+    index: int,
+    event: SessionEvent,
+    keep: Callable[[SessionEvent], None] | None,
+) -> None:
+    """Fold *event*, the one at *index*, into *manager*; note what a replace shadowed.
+    *keep* adds it to the log the manager reads (None: the log holds it already)."""
+    if event.seq != index:
+        raise SeedError(
+            f"event at index {index} has seq {event.seq}; a log is contiguous from 0",
+            index=index,
+            code="SEQ_GAP",
+        )
+    plan = manager.plan(event)
+    shadowed = manager.shadowed_by(plan)
+    if shadowed:
+        op = event.surface_op
+        assert type(op) is Replace
+        replacements.append(Replacement(event.seq, op.start, op.end, shadowed))
+    if keep is not None:
+        keep(event)
+    manager.apply(event, plan)
 
 
 def _never_known(seqs: tuple[int, ...]) -> bool:
