@@ -23,36 +23,20 @@ from pathlib import Path
 from typing import Any, Final
 
 from sessionledger._errors import ConfigError
+from sessionledger.cli._inspecting import provider_request
 from sessionledger.cli._preview import lookup
 from sessionledger.cli._render import message_markdown
 from sessionledger.cli._stores import opened_store
 from sessionledger.cli._viewing import load_viewer
 from sessionledger.cli._words import plural
 from sessionledger.model import _jsoncodec as jsoncodec
-from sessionledger.model._derive import RequestFolds, messages_at, project_message
-from sessionledger.model._eventlog import EventLog
-from sessionledger.model._events import APPEND, SessionEvent, SessionHeader
+from sessionledger.model._derive import transcript_events
+from sessionledger.model._events import SessionEvent, SessionHeader
 from sessionledger.model._snapshot import thaw
-from sessionledger.model._vocabulary import SURFACE_TYPES, TOOL_RESULT
-from sessionledger.views._formats import to_anthropic_messages, to_openai_messages
+from sessionledger.model._vocabulary import TOOL_RESULT
 
-#: The formats ``export`` writes.
-FORMATS: Final = ("markdown", "sts", "openai", "anthropic", "html")
 #: The harness id an STS file names (the Hub's renderer, icon and label key on it).
 HARNESS: Final = "sessionledger"
-
-
-def seen(events: Sequence[SessionEvent]) -> list[tuple[SessionEvent, Any]]:
-    """What the user saw (``transcript``), each message with the event that carried it."""
-    # Streamed deltas are never messages: a compact log's runs are not unpacked.
-    loose = events.unpacked() if type(events) is EventLog else events
-    return [
-        (event, message)
-        for event in loose
-        if event.type in SURFACE_TYPES
-        and event.surface_op == APPEND
-        and (message := project_message(event)) is not None
-    ]
 
 
 def _blocks(message: Any) -> Sequence[Any]:
@@ -81,7 +65,7 @@ def sts_lines(header: SessionHeader, events: Sequence[SessionEvent]) -> list[dic
         {"type": "session", "harness": HARNESS, "id": header.id}
         | ({"name": header.title} if header.title else {})
     ]
-    for event, message in seen(events):
+    for event, message in transcript_events(events):
         blocks = _blocks(message)
         source = lookup(message, "source")
         shown: dict[str, Any] = {"timestamp": event.time}
@@ -118,7 +102,7 @@ def sts_lines(header: SessionHeader, events: Sequence[SessionEvent]) -> list[dic
 
 def markdown(header: SessionHeader, events: Sequence[SessionEvent]) -> str:
     """The transcript as Markdown-like text, under the session's facts."""
-    messages = [message for _, message in seen(events)]
+    messages = [message for _, message in transcript_events(events)]
     title = f"transcript of {header.id} ({plural(len(messages), 'message')})"
     facts = [f"- events: {len(events)}"]
     if header.title:
@@ -128,19 +112,6 @@ def markdown(header: SessionHeader, events: Sequence[SessionEvent]) -> str:
     text = message_markdown(messages, title=title)
     first, _, rest = text.partition("\n")
     return "\n".join([first, "", *facts, rest])
-
-
-def _system(events: Sequence[SessionEvent]) -> str | None:
-    header = RequestFolds(events).header()
-    system = None if header is None else header.get("system")
-    return system if type(system) is str else None
-
-
-def _provider(kind: str, events: Sequence[SessionEvent]) -> Any:
-    history = messages_at(events, len(events) - 1) if events else []
-    if kind == "openai":
-        return to_openai_messages(history, system=_system(events))
-    return dict(to_anthropic_messages(history, system=_system(events)))
 
 
 def _html(store_url: str, header: SessionHeader, events: Sequence[SessionEvent]) -> str:
@@ -184,7 +155,8 @@ async def export(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         data = markdown(header, events).encode()
     elif args.format in ("openai", "anthropic"):
-        data = jsoncodec.dumps(_provider(args.format, events)) + b"\n"
+        at = len(events) - 1  # as ``messages --format`` at the end
+        data = jsoncodec.dumps(provider_request(args.format, events, at)) + b"\n"
     else:
         data = _html(args.store_url, header, events).encode()
     _write(data, args.output)

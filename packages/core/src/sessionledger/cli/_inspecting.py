@@ -390,6 +390,18 @@ def _system_prompt_at(events: Sequence[SessionEvent], at: int) -> str | None:
     return None if header is None else header.get("system")
 
 
+def provider_request(kind: str, events: Sequence[SessionEvent], at: int) -> Any:
+    """The messages the model sees after *at* as a request body of provider *kind*
+    (``openai`` or ``anthropic``), with the system prompt of the request header in force
+    then: what ``messages --format`` prints and ``export`` writes (an empty history for
+    a log with no event)."""
+    history = messages_at(events, at) if events else []
+    system = _system_prompt_at(events, at) if events else None
+    if kind == "openai":
+        return to_openai_messages(history, system=system)
+    return dict(to_anthropic_messages(history, system=system))
+
+
 async def messages(args: argparse.Namespace) -> int:
     """``messages ID``: the model's history (repaired view), plain or in a provider format."""
     async with opened_store(args.store_url, plugins=args.plugins) as store:
@@ -397,15 +409,10 @@ async def messages(args: argparse.Namespace) -> int:
     events = stored.events
     at = len(events) - 1 if args.at is None else args.at
     _seq_in_range(at, events, args.id)
-    history = messages_at(events, at)
     if args.format in ("openai", "anthropic"):
-        # A request body: with the system prompt of the request header in force at *at*.
-        system = _system_prompt_at(events, at)
-        if args.format == "openai":
-            write_json(to_openai_messages(history, system=system))
-        else:
-            write_json(dict(to_anthropic_messages(history, system=system)))
+        write_json(provider_request(args.format, events, at))
         return 0
+    history = messages_at(events, at)
     if args.json:
         write_json(plain_messages(history))
         return 0
