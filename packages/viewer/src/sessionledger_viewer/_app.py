@@ -31,7 +31,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sessionledger import (
     Ledger,
     LedgerError,
-    Replace,
     Session,
     SessionNotFoundError,
     messages_at,
@@ -244,16 +243,7 @@ def create_app(
         start = min(max(start, 0), max(length - 1, 0))
         nodes = history.nodes
         surface_start = min(max(_int(request, "surface", 0), 0), max(len(nodes) - 1, 0))
-        shown_nodes = nodes[surface_start : surface_start + PAGE]
-        surface = [
-            (
-                node,
-                describe.clip(describe.event_text(node)),
-                describe.provenance(log, node),
-                type(node.surface_op) is Replace,
-            )
-            for node in map(log.event_at, shown_nodes)
-        ]
+        surface = describe.surface_items(log, nodes[surface_start : surface_start + PAGE])
         return page(
             request,
             "session.html",
@@ -261,9 +251,7 @@ def create_app(
             length=length,
             start=start,
             page_size=PAGE,
-            rows=describe.rows(
-                log, start, min(start + PAGE, length), history, frozenset(nodes), cached.stored
-            ),
+            rows=describe.rows(log, start, min(start + PAGE, length), history, cached.stored),
             stored=cached.stored,
             surface=surface,
             surface_start=surface_start,
@@ -292,7 +280,7 @@ def create_app(
             length=cached.length,
             stored_here=seq < cached.stored,
             cited_by=describe.cited_by(log, seq),
-            shadowed_by=cached.history.shadowed_by().get(seq),
+            shadowed_by=cached.history.shadowed_by.get(seq),
             provenance=describe.provenance(log, chosen) if chosen.surface_op else "",
         )
 
@@ -304,10 +292,7 @@ def create_app(
         history = messages_at(log.event_log(), at) if length else []
         count = len(history)
         first = min(max(_int(request, "from", max(count - MESSAGES, 0)), 0), count)
-        shown = [
-            (message, describe.block_texts(message), describe.source_label(message))
-            for message in history[first : first + MESSAGES]
-        ]
+        shown = describe.shown_messages(history[first : first + MESSAGES])
         return page(
             request,
             "messages.html",
@@ -327,7 +312,6 @@ def create_app(
         turns = timing.timeline(log, length)
         first = min(max(_int(request, "from", max(len(turns) - TURNS, 0)), 0), len(turns))
         shown_turns = turns[first : first + TURNS]
-        spans = [t.took for t in shown_turns] + [s.took for t in shown_turns for s in t.steps]
         return page(
             request,
             "timeline.html",
@@ -336,7 +320,7 @@ def create_app(
             turn_count=len(turns),
             first=first,
             page_size=TURNS,
-            longest=max([span for span in spans if span is not None] or [1]) or 1,
+            longest=timing.longest(shown_turns),
             requests=timing.requests(log, length),
             href=event_href(session_id),
         )
@@ -349,7 +333,7 @@ def create_app(
         cached = await viewer.read(session_id)
         log, history = cached.session, cached.history
         end = min(after + 1 + TAIL, cached.length)
-        rows = describe.rows(log, after + 1, end, history, frozenset(history.nodes), cached.stored)
+        rows = describe.rows(log, after + 1, end, history, cached.stored)
         return JSONResponse(
             {
                 "revision": cached.revision,

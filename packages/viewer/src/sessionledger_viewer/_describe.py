@@ -14,12 +14,17 @@ from typing import Any, Final
 
 import orjson
 
-from sessionledger import Replace, Session, SessionEvent
+from sessionledger import (
+    SURFACE_TYPES,
+    USER_MESSAGE,
+    Replace,
+    Session,
+    SessionEvent,
+    fold_surface,
+)
 
 #: How many characters of an event's text a row shows (its page shows it whole).
 PREVIEW_CHARS: Final = 160
-#: The surface event types (docs/surface.md): the only ones a surface op may carry.
-_MESSAGE_TYPES: Final = ("user/message", "assistant/message", "tool/result")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,14 +42,14 @@ class Replaced:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SurfaceHistory:
-    """The surface as it stands and every replace that shaped it."""
+    """The surface as it stands and every replace that shaped it, with what a page looks
+    up in them (built once per read of the session)."""
 
     nodes: tuple[int, ...]
     replaced: tuple[Replaced, ...]
-
-    def shadowed_by(self) -> dict[int, int]:
-        """Each shadowed seq → the seq of the summary that shadowed it."""
-        return {seq: item.seq for item in self.replaced for seq in item.shadowed}
+    #: Each shadowed seq → the seq of the summary that shadowed it.
+    shadowed_by: Mapping[int, int]
+    on_surface: frozenset[int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,24 +79,38 @@ def loose_events(session: Session) -> Iterable[SessionEvent]:
 
 
 def surface_history(session: Session) -> SurfaceHistory:
-    """Replay the surface ops of *session* (only its surface events: a large log's
-    chunks are never looked at) and keep what each replace shadowed."""
-    nodes: list[int] = []
-    replaced: list[Replaced] = []
-    for event in loose_events(session):
-        op = event.surface_op
-        if op is None:
-            continue
-        if type(op) is Replace:
-            i = nodes.index(op.start)
-            j = nodes.index(op.end, i)
-            shadowed = tuple(nodes[i : j + 1])
-            nodes[i : j + 1] = [event.seq]
-            cited = tuple(event.source_event_seqs or ())
-            replaced.append(Replaced(event.seq, event.type, op.start, op.end, shadowed, cited))
-        else:
-            nodes.append(event.seq)
-    return SurfaceHistory(tuple(nodes), tuple(replaced))
+    """The surface of *session* and what each replace shadowed (``fold_surface``, which
+    folds a compact log's events no run holds: its chunks are never built)."""
+    fold = fold_surface(session.event_log())
+    replaced = []
+    for item in fold.replacements:
+        summary = session.event_at(item.seq)
+        cited = tuple(summary.source_event_seqs or ())
+        replaced.append(
+            Replaced(item.seq, summary.type, item.start, item.end, item.shadowed, cited)
+        )
+    return SurfaceHistory(
+        fold.nodes,
+        tuple(replaced),
+        {seq: item.seq for item in replaced for seq in item.shadowed},
+        frozenset(fold.nodes),
+    )
+
+
+def surface_items(
+    session: Session, seqs: Iterable[int]
+) -> list[tuple[SessionEvent, str, str, bool]]:
+    """Each surface node of *seqs* as a page lists it: the event, a line of its text, its
+    provenance in words, and whether it is a replace's summary."""
+    return [
+        (node, clip(event_text(node)), provenance(session, node), type(node.surface_op) is Replace)
+        for node in map(session.event_at, seqs)
+    ]
+
+
+def shown_messages(messages: Iterable[Any]) -> list[tuple[Any, list[str], str]]:
+    """Each message as a page shows it: the message, its blocks as text, its source."""
+    return [(message, block_texts(message), source_label(message)) for message in messages]
 
 
 def moment(ms: int) -> str:
@@ -114,7 +133,8 @@ def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _get(value: Any, key: str) -> Any:
+def lookup(value: Any, key: str) -> Any:
+    """``value[key]`` when *value* is a mapping, else None: a log is read as stored."""
     return value.get(key) if isinstance(value, Mapping) else None
 
 
@@ -125,9 +145,9 @@ TOO_DEEP: Final = "(a value nested too deep to show here: sessionledger show --j
 _NESTED_RESULTS: Final = 16
 
 
-def _json(value: Any) -> str:
+def _json(value: Any, option: int = 0) -> str:
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value, option=option).decode()
     except (TypeError, orjson.JSONEncodeError):
         return TOO_DEEP
 
@@ -148,18 +168,18 @@ def block_texts(message: Any, depth: int = 0) -> list[str]:
     parts: list[str] = []
     if depth > _NESTED_RESULTS:
         return ["(tool results nested deeper than shown here)"]
-    content = _get(message, "content")
+    content = lookup(message, "content")
     for block in content if isinstance(content, list | tuple) else ():
-        kind = _get(block, "type")
+        kind = lookup(block, "type")
         if kind == "text":
-            parts.append(as_text(_get(block, "text") or ""))
+            parts.append(as_text(lookup(block, "text") or ""))
         elif kind == "reasoning":
-            parts.append(f"(thinking) {as_text(_get(block, 'text') or '')}")
+            parts.append(f"(thinking) {as_text(lookup(block, 'text') or '')}")
         elif kind == "tool-call":
-            arguments = _get(block, "arguments")
-            parts.append(f"→ {as_text(_get(block, 'name'))}({as_text(arguments)})")
+            arguments = lookup(block, "arguments")
+            parts.append(f"→ {as_text(lookup(block, 'name'))}({as_text(arguments)})")
         elif kind == "tool-result":
-            error = " [error]" if _get(block, "isError") is True else ""
+            error = " [error]" if lookup(block, "isError") is True else ""
             parts.append(" ".join(block_texts(block, depth + 1)) + error)
         elif kind is not None:
             parts.append(f"[{as_text(kind)}]")
@@ -168,18 +188,18 @@ def block_texts(message: Any, depth: int = 0) -> list[str]:
 
 def source_label(message: Any) -> str:
     """Where a message came from: its source kind and the plugin, model or tool call."""
-    source = _get(message, "source")
-    kind = as_text(_get(source, "kind"))
-    detail = _get(source, "plugin") or _get(source, "model") or _get(source, "callId")
+    source = lookup(message, "source")
+    kind = as_text(lookup(source, "kind"))
+    detail = lookup(source, "plugin") or lookup(source, "model") or lookup(source, "callId")
     return f"{kind} {as_text(detail)}" if detail else kind
 
 
 def event_message(event: SessionEvent) -> Any:
     """The message a message event carries, else None."""
-    if event.type == "user/message":
+    if event.type == USER_MESSAGE:
         return event.data
-    if event.type in _MESSAGE_TYPES:
-        return _get(event.data, "message")
+    if event.type in SURFACE_TYPES:
+        return lookup(event.data, "message")
     return None
 
 
@@ -187,16 +207,16 @@ def event_text(event: SessionEvent) -> str:
     """What an event says, in one string: a message's blocks, a delta's text, or its data."""
     message = event_message(event)
     if message is not None:
-        role = _get(message, "role")
+        role = lookup(message, "role")
         return f"({as_text(role)}) " + " ".join(block_texts(message))
     data = event.data
-    chunk = _get(data, "chunk")
+    chunk = lookup(data, "chunk")
     if chunk is not None:
-        piece = _get(chunk, "text")
+        piece = lookup(chunk, "text")
         if piece is None:
-            piece = _get(chunk, "argumentsDelta")
+            piece = lookup(chunk, "argumentsDelta")
         if isinstance(piece, str):
-            return f"{as_text(_get(chunk, 'type'))} {piece!r}"
+            return f"{as_text(lookup(chunk, 'type'))} {piece!r}"
     return _json(data)
 
 
@@ -210,20 +230,13 @@ def op_text(event: SessionEvent) -> str:
     return str(op)
 
 
-def rows(
-    session: Session,
-    start: int,
-    end: int,
-    history: SurfaceHistory,
-    nodes: frozenset[int],
-    stored: int,
-) -> list[Row]:
+def rows(session: Session, start: int, end: int, history: SurfaceHistory, stored: int) -> list[Row]:
     """The log's rows from seq *start* up to *end* (exclusive); those from *stored* on
     are a crash repair's closers, in memory only."""
     if not session.seq:
         return []
     first = session.event_at(0).time
-    shadowed = history.shadowed_by()
+    shadowed, nodes = history.shadowed_by, history.on_surface
     out = []
     for seq in range(max(start, 0), min(end, session.seq)):
         event = session.event_at(seq)
@@ -273,10 +286,7 @@ def cited_by(session: Session, seq: int) -> list[int]:
 def stored_json(event: SessionEvent) -> str:
     """The event's envelope as stored, indented (``TOO_DEEP`` for a value nested deeper
     than orjson writes)."""
-    try:
-        return orjson.dumps(event.to_json(), option=orjson.OPT_INDENT_2).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        return TOO_DEEP
+    return _json(event.to_json(), orjson.OPT_INDENT_2)
 
 
 def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:

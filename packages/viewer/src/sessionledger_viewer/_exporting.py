@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sessionledger import Replace, Session, SessionEvent, SessionHeader, messages_at
+from sessionledger import Session, SessionEvent, SessionHeader, messages_at
 from sessionledger_viewer import _describe as describe, _timeline as timing
 from sessionledger_viewer._app import HERE, environment
 
@@ -23,18 +23,7 @@ def export_html(store_url: str, header: SessionHeader, events: Sequence[SessionE
     session = Session.restore(header, events)
     length = session.first_live_seq
     history = describe.surface_history(session)
-    nodes = frozenset(history.nodes)
-    surface = [
-        (
-            node,
-            describe.clip(describe.event_text(node)),
-            describe.provenance(session, node),
-            type(node.surface_op) is Replace,
-        )
-        for node in map(session.event_at, history.nodes)
-    ]
     turns = timing.timeline(session, length)
-    spans = [t.took for t in turns] + [s.took for t in turns for s in t.steps]
     history_now = messages_at(session.event_log(), length - 1) if length else []
     template = environment().get_template("export.html")
     return template.render(
@@ -42,15 +31,12 @@ def export_html(store_url: str, header: SessionHeader, events: Sequence[SessionE
         style=(HERE / "static" / "viewer.css").read_text(encoding="utf-8"),
         header=header,
         length=length,
-        rows=describe.rows(session, 0, length, history, nodes, length),
-        surface=surface,
+        rows=describe.rows(session, 0, length, history, length),
+        surface=describe.surface_items(session, history.nodes),
         replaced=history.replaced,
         turns=turns,
-        longest=max([span for span in spans if span is not None] or [1]) or 1,
+        longest=timing.longest(turns),
         requests=timing.requests(session, length),
-        messages=[
-            (message, describe.block_texts(message), describe.source_label(message))
-            for message in history_now
-        ],
+        messages=describe.shown_messages(history_now),
         href=_anchor,
     )

@@ -6,11 +6,11 @@ log's deltas are looked at only where a step's first chunk is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from sessionledger import Session, SessionEvent
-from sessionledger_viewer._describe import as_text, clip, loose_events
+from sessionledger_viewer._describe import as_text, clip, lookup, loose_events
 
 #: How far after a ``step/start`` its first chunk is looked for.
 _FIRST_CHUNK_WITHIN: Final = 16
@@ -96,10 +96,6 @@ class Request:
     changes: tuple[Change, ...]
 
 
-def _get(value: Any, key: str) -> Any:
-    return value.get(key) if isinstance(value, Mapping) else None
-
-
 def _first_chunk(session: Session, start: SessionEvent, length: int) -> int | None:
     """The time of the first ``assistant/chunk`` shortly after *start* (a step/start)."""
     for seq in range(start.seq + 1, min(start.seq + 1 + _FIRST_CHUNK_WITHIN, length)):
@@ -131,14 +127,14 @@ def timeline(session: Session, length: int) -> list[Turn]:
             break
         kind, data = event.type, event.data
         if kind == "turn/start":
-            turn = Turn(_get(data, "turn"), event.seq, event.time)
+            turn = Turn(lookup(data, "turn"), event.seq, event.time)
             turns.append(turn)
             step = None
         elif kind == "turn/end" and turn is not None:
             turn.end_seq, turn.end_time = event.seq, event.time
-            turn.reason = as_text(_get(_get(data, "reason"), "kind") or "")
+            turn.reason = as_text(lookup(lookup(data, "reason"), "kind") or "")
         elif kind == "step/start" and turn is not None:
-            step = Step(_get(data, "step"), event.seq, event.time)
+            step = Step(lookup(data, "step"), event.seq, event.time)
             step.first_chunk = _first_chunk(session, event, length)
             turn.steps.append(step)
         elif kind == "step/end" and step is not None:
@@ -148,13 +144,13 @@ def timeline(session: Session, length: int) -> list[Turn]:
             if 0 <= last < length:
                 step.last_chunk = session.event_at(last).time
         elif kind == "tool/call" and step is not None:
-            span = ToolSpan(event.seq, as_text(_get(data, "name")), event.time)
+            span = ToolSpan(event.seq, as_text(lookup(data, "name")), event.time)
             step.tools.append(span)
-            call_id = _get(data, "callId")
+            call_id = lookup(data, "callId")
             if type(call_id) is str:
                 calls[call_id] = span
         elif kind == "tool/result":
-            call_id = _get(_get(_get(data, "message"), "source"), "callId")
+            call_id = lookup(lookup(lookup(data, "message"), "source"), "callId")
             answered = calls.pop(call_id, None) if type(call_id) is str else None
             if answered is not None:
                 answered.result_seq, answered.result_time = event.seq, event.time
@@ -171,16 +167,22 @@ def requests(session: Session, length: int) -> list[Request]:
         if event.type != "request/header":
             continue
         now: dict[str, str] = {}
-        _flat(_get(event.data, "header"), "", now)
+        _flat(lookup(event.data, "header"), "", now)
         changes = tuple(
             Change(path, before.get(path), now.get(path))
             for path in sorted(before.keys() | now.keys())
             if before.get(path) != now.get(path)
         )
-        reason = as_text(_get(event.data, "reason") or "")
+        reason = as_text(lookup(event.data, "reason") or "")
         out.append(Request(event.seq, event.time, reason, changes))
         before = now
     return out
+
+
+def longest(turns: Sequence[Turn]) -> int:
+    """The longest turn or step among *turns* (ms, at least 1): the bars' full length."""
+    spans = [turn.took for turn in turns] + [step.took for turn in turns for step in turn.steps]
+    return max([span for span in spans if span is not None] or [1]) or 1
 
 
 def seconds(ms: int | None) -> str:
