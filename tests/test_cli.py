@@ -1380,6 +1380,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "reindex": (),
     "view": (),
     "export": ("x", "--format", "sts"),
+    "tail": (),
 }
 
 

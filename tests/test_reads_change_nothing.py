@@ -383,6 +383,8 @@ GLOBAL_COMMANDS = (
     "audit",
     "catalog",
     "prune --keep-last 0",
+    "tail --all",
+    "tail --all --json",
 )
 SESSION_COMMANDS = (
     "show {}",
@@ -396,6 +398,8 @@ SESSION_COMMANDS = (
     "export {} --format sts",
     "export {} --format markdown",
     "export {} --format html",
+    "tail {}",
+    "tail {} --json --after 1",
 )
 #: What shows the times and depths the ledger accepts: the same everywhere, each read
 #: through the backend's own decoding.
@@ -457,6 +461,11 @@ async def read_apis(url: str) -> dict[str, Any]:
             await store.read_from(session_id, 3)
             await store.cursor(session_id)
             await store.salvage(session_id, dry_run=True)
+            seen[f"follow {session_id}"] = [
+                event async for event in store.follow(session_id, wait=False)
+            ]
+            await store.read_acknowledged(session_id, 2)
+        seen["follow_all"] = [item async for item in store.follow_all(wait=False)]
         await store.list()
         await store.list_snapshots()
         seen["list_sessions"] = await store.list_sessions()
@@ -482,6 +491,9 @@ async def read_apis(url: str) -> dict[str, Any]:
         await ledger.list_sessions(limit=2)
         seen["listed by a ledger"] = [info async for info in ledger.list_sessions(limit=2)]
         await ledger.search("hello", limit=3)
+        for session_id in (*STALE, HELD):
+            [event async for event in ledger.follow(session_id, after=1, wait=False)]
+        [item async for item in ledger.follow_all(wait=False)]
         await ledger.prune(older_than="30d")
         await ledger.audit()
     return seen

@@ -22,7 +22,10 @@ LONGER_MODULES: dict[str, tuple[int, str]] = {
     "sessionledger.runtime._ledger": (620, "Ledger: the one object users hold, every method"),
     "sessionledger.model._session": (600, "Session: the append pipeline and its reads"),
     "sessionledger.storage._chunks": (600, "packing and unpacking chunk runs, both ways"),
-    "sessionledger.storage._persistence": (540, "SessionPersistence: the contract, every policy"),
+    "sessionledger.storage._persistence": (
+        570,
+        "SessionPersistence: the contract, every policy, the feed's read",
+    ),
     "sessionledger.model._eventlog": (540, "EventLog: the events in memory, runs kept packed"),
     "sessionledger.cli._inspecting": (580, "the read-only commands over one session"),
     "sessionledger_postgres.store": (600, "the PostgreSQL LogStore: every primitive"),

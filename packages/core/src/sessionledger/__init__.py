@@ -57,10 +57,12 @@ if TYPE_CHECKING:
         ResourceLimitError as ResourceLimitError,
         SeedError as SeedError,
         SeqMismatchError as SeqMismatchError,
+        SessionDeletedError as SessionDeletedError,
         SessionExistsError as SessionExistsError,
         SessionLockedError as SessionLockedError,
         SessionNotFoundError as SessionNotFoundError,
         StorageRowError as StorageRowError,
+        StoreUnavailableError as StoreUnavailableError,
         SurfaceError as SurfaceError,
         UnknownEventTypeError as UnknownEventTypeError,
     )
@@ -134,6 +136,10 @@ if TYPE_CHECKING:
     from sessionledger.runtime._opening import (
         open_store as open_store,
     )
+    from sessionledger.storage._feed import (
+        FeedItem as FeedItem,
+        StoreFeed as StoreFeed,
+    )
     from sessionledger.storage._limits import (
         Backlog as Backlog,
     )
@@ -171,10 +177,12 @@ _EXPORTS = {
         "ResourceLimitError",
         "SeedError",
         "SeqMismatchError",
+        "SessionDeletedError",
         "SessionExistsError",
         "SessionLockedError",
         "SessionNotFoundError",
         "StorageRowError",
+        "StoreUnavailableError",
         "SurfaceError",
         "UnknownEventTypeError",
     ),
@@ -243,6 +251,7 @@ _EXPORTS = {
     ),
     "sessionledger.runtime._ledger": ("Ledger",),
     "sessionledger.runtime._opening": ("open_store",),
+    "sessionledger.storage._feed": ("FeedItem", "StoreFeed"),
     "sessionledger.storage._limits": ("Backlog",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

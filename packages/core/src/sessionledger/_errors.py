@@ -153,6 +153,13 @@ class SessionNotFoundError(LedgerError, LookupError):
     code = "SESSION_NOT_FOUND"
 
 
+class SessionDeletedError(SessionNotFoundError):
+    """A followed session was deleted (or deleted and created anew) while its feed ran:
+    the feed ends here, having yielded every event acknowledged before (docs/feed.md)."""
+
+    code = "SESSION_DELETED"
+
+
 class NotLiveError(LedgerError):
     """The session object is not the live one of this ledger."""
 
@@ -238,6 +245,14 @@ class SessionLockedError(LedgerError):
     """Another writer holds this session."""
 
     code = "LOCKED"
+
+
+class StoreUnavailableError(LedgerError):
+    """The store's server could not be reached or the connection to it was lost (for
+    PostgreSQL: refused, reset, shut down, starting up). A write in flight may or may not
+    have committed; retrying is safe. A live feed waits and retries (docs/feed.md)."""
+
+    code = "UNAVAILABLE"
 
 
 class ResourceLimitError(LedgerError, OSError):

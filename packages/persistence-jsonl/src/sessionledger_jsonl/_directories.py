@@ -154,8 +154,10 @@ class SessionDirectories:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read_log(self, session_id: str) -> RawLog | None:
-        """Read the whole log of *session_id* (a line-oriented file cannot seek by seq)."""
+    def read_log(self, session_id: str, *, durable: bool = False) -> RawLog | None:
+        """Read the whole log of *session_id* (a line-oriented file cannot seek by seq);
+        *durable*: sync the file after reading it, so that what was read is durable even
+        if its writer has not synced it yet (a live feed's read; docs/feed.md)."""
         place = self.find(session_id)
         if place is None:
             return None
@@ -171,6 +173,8 @@ class SessionDirectories:
                 return None
         try:
             data, status = self._stable_read(fd)
+            if durable:
+                self.system.fsync(fd)
         finally:
             self.system.close(fd)
         header, incarnation, records, batches = log_parts(data, path, session_id)

@@ -122,6 +122,13 @@ class JsonlLogStore(LogStore):
         # A line-oriented file cannot seek by seq: every record is returned.
         return await self._run(session_id, self._directories.read_log, session_id)
 
+    async def read_durable(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+        # A writer in another process may have written a batch it has not synced yet: the
+        # feed syncs the file itself (a no-op when the writer did), unless fsync is off.
+        return await self._run(
+            session_id, self._directories.read_log, session_id, durable=self.fsync
+        )
+
     async def read_revision(self, session_id: str) -> str | None:
         return await self._run(session_id, self._directories.read_revision, session_id)
 

@@ -19,6 +19,7 @@ from sessionledger import (
     SeqMismatchError,
     SessionLockedError,
     SessionNotFoundError,
+    StoreUnavailableError,
 )
 
 __all__ = ["LOST", "translate"]
@@ -85,7 +86,7 @@ def translate(error: BaseException, where: str, session_id: str | None = None) -
             session_id=session_id,
         )
     if isinstance(error, LOST):
-        return LedgerError(
+        return StoreUnavailableError(
             f"lost the connection to PostgreSQL at {where}: a write in flight may or may "
             "not have committed; retrying it is safe, a batch that landed is recognised and "
             f"not written twice ({type(error).__name__}: {error})",

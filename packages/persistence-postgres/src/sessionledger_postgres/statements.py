@@ -42,6 +42,15 @@ class Statements:
 
     def __init__(self, schema: str) -> None:
         s = quote(schema)
+        #: The channel of this store's change notifications (docs/feed.md): the schema's
+        #: name after a prefix (at most 63 bytes, as PostgreSQL's names).
+        self.channel = f"sessionledger_{schema}"[:63]
+        # pg_notify's payload holds at most 8000 bytes: a longer id notifies every feed.
+        notify = (
+            f"pg_notify('{self.channel}', CASE WHEN octet_length({{0}}) <= 4000 THEN {{0}} "
+            "ELSE '' END)"
+        )
+        self.notify = f"SELECT {notify.format('$1::text')}"
         into_events = f"INSERT INTO {s}.events (session_id, {EVENT_COLUMNS}) "
         into_texts = f"INSERT INTO {s}.search_text (session_id, seq, type, time, text) "
         self.select_session = (
@@ -62,28 +71,31 @@ class Statements:
         )
         # Materialize: the header row, its summary, the first batch and its texts in one
         # statement. A concurrent creator makes ON CONFLICT insert nothing, so no event or
-        # text row is inserted either.
+        # text row is inserted either. Its status counts the notifications sent (one for
+        # the created session, none otherwise), which PostgreSQL delivers on commit.
         self.materialize = (
             f"WITH created AS (INSERT INTO {s}.sessions ({HEADER_COLUMNS}, incarnation, "
             f"revision, next_seq, {SUMMARY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
             "$9, $10, 0, $11, $19, $20, $21, $22) ON CONFLICT (id) DO NOTHING RETURNING id), "
             f"indexed AS ({into_texts}SELECT created.id, t.* FROM created, "
             + _UNNEST_TEXTS.format("$23", "$24", "$25", "$26")
-            + f") {into_events}SELECT created.id, r.* FROM created, "
+            + f"), inserted AS ({into_events}SELECT created.id, r.* FROM created, "
             + _UNNEST.format("$12", "$13", "$14", "$15", "$16", "$17", "$18")
+            + f") SELECT {notify.format('created.id')} FROM created"
         )
         # Append: the stale-writer check, the revision bump, the summary, the rows and
         # their texts in one statement (docs/durability.md). Under READ COMMITTED a writer
         # that waited for the row lock re-evaluates next_seq = $3 on the winner's row
-        # version and updates nothing, so it inserts nothing either.
+        # version and updates nothing, so it inserts nothing either (and notifies nothing).
         self.advance = (
             f"WITH advanced AS (UPDATE {s}.sessions SET next_seq = $2, revision = revision + 1, "
             "events = $11, first_activity = $12, last_activity = $13, open_turn = $14 "
             "WHERE id = $1 AND next_seq = $3 RETURNING id), "
             f"indexed AS ({into_texts}SELECT advanced.id, t.* FROM advanced, "
             + _UNNEST_TEXTS.format("$15", "$16", "$17", "$18")
-            + f") {into_events}SELECT advanced.id, r.* FROM advanced, "
+            + f"), inserted AS ({into_events}SELECT advanced.id, r.* FROM advanced, "
             + _UNNEST.format("$4", "$5", "$6", "$7", "$8", "$9", "$10")
+            + f") SELECT {notify.format('advanced.id')} FROM advanced"
         )
         self.set_summary = (
             f"UPDATE {s}.sessions SET events = $2, first_activity = $3, last_activity = $4, "

@@ -61,6 +61,7 @@ from sessionledger_postgres.batches import batch_statement, raw_log, row_count, 
 from sessionledger_postgres.claims import Claims
 from sessionledger_postgres.connections import TrackedConnection
 from sessionledger_postgres.failures import translate
+from sessionledger_postgres.notices import Notices
 from sessionledger_postgres.schema import DEFAULT_SCHEMA, check_schema_name
 from sessionledger_postgres.statements import LARGEST_BATCH, Statements
 from sessionledger_postgres.upgrade import upgrade_v1
@@ -121,6 +122,7 @@ class PostgresLogStore(LogStore):
         self._gate = asyncio.Lock()
         self._shut = False
         self._claims = self._new_claims()
+        self._notices = self._new_notices()
         # The process and event loop the connections belong to (set on first use).
         self._pid = os.getpid()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,6 +140,14 @@ class PostgresLogStore(LogStore):
     def _new_claims(self) -> Claims:
         return Claims(
             self._dsn, self._schema, connect_timeout=self._connect_timeout, where=self._location
+        )
+
+    def _new_notices(self) -> Notices:
+        return Notices(
+            self._dsn,
+            self._sql.channel,
+            connect_timeout=self._connect_timeout,
+            where=self._location,
         )
 
     def _here(self) -> None:
@@ -158,6 +168,7 @@ class PostgresLogStore(LogStore):
         self._prepared = False
         self._gate = asyncio.Lock()
         self._claims = self._new_claims()
+        self._notices = self._new_notices()
 
     async def _create_pool(self, server_settings: dict[str, str] | None) -> asyncpg.Pool:
         minimum, maximum = self._pool_sizes
@@ -252,6 +263,17 @@ class PostgresLogStore(LogStore):
     def _translate(self, error: Exception, session_id: str | None) -> LedgerError:
         """Map a driver or OS error to the library's errors (``failures``, the one place)."""
         return translate(error, self._location, session_id)
+
+    # -- the live feed (docs/feed.md; ``notices``) --------------------------------------------
+
+    def change_mark(self) -> int:
+        return self._notices.mark()
+
+    async def wait_for_change(self, session_id: str | None, timeout: float, mark: int = 0) -> None:
+        self._here()
+        if self._shut:
+            raise ConfigError(f"PostgreSQL store {self._location} is closed")
+        await self._notices.wait(session_id, timeout, mark)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -358,6 +380,7 @@ class PostgresLogStore(LogStore):
                     if row_count(status) == 0:
                         raise _Refused  # rolls the cut back too
                 await conn.execute(self._sql.set_summary, session_id, *summary)
+                await conn.execute(self._sql.notify, session_id)
         except _Refused:
             return None
         return RepairReceipt()
@@ -365,9 +388,10 @@ class PostgresLogStore(LogStore):
     async def delete_log(self, session_id: str) -> bool:
         if rows.text_flaw(session_id) is not None:
             return False
-        async with self.connection(session_id) as conn:
-            # ON DELETE CASCADE removes the event rows in the same statement.
+        # ON DELETE CASCADE removes the event rows in the same statement.
+        async with self.connection(session_id) as conn, conn.transaction():
             deleted = await conn.fetchval(self._sql.delete, session_id)
+            await conn.execute(self._sql.notify, session_id)
         await self._release(session_id)
         return deleted is not None
 
@@ -484,6 +508,7 @@ class PostgresLogStore(LogStore):
             self._shut = True
             pool, self._pool = self._pool, None
         await self._claims.close()
+        await self._notices.close()
         if pool is None:
             return
         try:
@@ -500,6 +525,7 @@ class PostgresLogStore(LogStore):
         connections are left to the garbage collector)."""
         self._shut = True
         self._claims.abandon()
+        self._notices.abandon()
 
 
 class _Refused(Exception):

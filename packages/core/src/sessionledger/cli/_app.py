@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "audit": "retaining:audit",
     "search": "searching:search",
     "reindex": "indexing:reindex",
+    "tail": "following:tail",
     "view": "viewing:view",
     "export": "exporting:export",
 }
@@ -339,6 +340,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument(
         "-o", "--output", metavar="FILE", help="write FILE (whole, or not at all) instead of stdout"
+    )
+
+    tail = add(
+        "tail",
+        "print a session's acknowledged events (or every session's, --all); with -f, go "
+        "on printing them as they are acknowledged, from any process; Ctrl-C stops it",
+    )
+    tail.add_argument("id", nargs="?", metavar="ID", help="the session (or --all)")
+    tail.add_argument("--all", action="store_true", help="every session of the store")
+    tail.add_argument(
+        "-f", "--follow", action="store_true", help="wait for more events (until Ctrl-C)"
+    )
+    tail.add_argument(
+        "--after",
+        metavar="SEQ|CURSOR",
+        help="only events after this seq (default: from the first event); with --all, the "
+        "cursor a stopped tail --all printed",
+    )
+    tail.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per event and line, as show --json writes an event",
     )
 
     view = add(

@@ -13,6 +13,7 @@ rows, made by the core's codec (``sessionledger.storage._chunks``). A store keep
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -285,6 +286,9 @@ class LogStore(ABC):
     #: Whether the store keeps an audit log (``append_audit``); without one, ``prune``
     #: refuses to delete anything.
     keeps_audit: bool = False
+    #: How often a live feed reads the revision of a store that has no change
+    #: notification (``wait_for_change``), in seconds.
+    poll_seconds: float = 0.025
 
     @abstractmethod
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
@@ -385,6 +389,29 @@ class LogStore(ABC):
     def locate(self, header: SessionHeader) -> str | None:
         """Return where this session's artifact lives (a path), if the medium has one."""
         return None
+
+    # -- the live feed (docs/feed.md) --------------------------------------------------------
+
+    async def read_durable(self, session_id: str, from_seq: int = 0) -> RawLog | None:
+        """``read_log`` for a live feed, which must yield nothing a power loss could still
+        take: a medium whose readers can see written bytes before the writer made them
+        durable makes them durable first (the JSONL store syncs the file it read). Still
+        never changes what is stored."""
+        return await self.read_log(session_id, from_seq)
+
+    def change_mark(self) -> int:
+        """Where this store's count of change notifications is now (0 for a store without
+        any): a feed takes it before reading a revision and passes it to
+        ``wait_for_change``, so a change notified while it read is not missed."""
+        return 0
+
+    async def wait_for_change(self, session_id: str | None, timeout: float, mark: int = 0) -> None:
+        """Return when the revision of *session_id* (None: of any session, or the set of
+        sessions) may have changed since *mark* (``change_mark``), at the latest after
+        *timeout* seconds. A store without change notification sleeps ``poll_seconds``;
+        one with it (PostgreSQL's LISTEN) returns on the notification. Unlike the other
+        primitives, calls may overlap any other call, for the same session too."""
+        await asyncio.sleep(min(timeout, self.poll_seconds))
 
     # -- listing, search, retention (docs/listing.md); defaults for a store without indexes
 

@@ -74,6 +74,7 @@ class MemoryLogStore(LogStore):
     max_event_bytes = PORTABLE_MAX_EVENT_BYTES
     max_batch_bytes = PORTABLE_MAX_EVENT_BYTES
     keeps_audit = True
+    poll_seconds = 0.005  # a feed's poll is a dict lookup in this process
 
     def __init__(self, storage: MemoryStore | None = None) -> None:
         self.storage: MemoryStore = storage if storage is not None else {}

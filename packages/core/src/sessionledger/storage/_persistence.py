@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sessionledger._errors import (
@@ -39,6 +39,7 @@ from sessionledger.storage._catalog import ReindexReport
 from sessionledger.storage._chunks import pack_chunk_runs
 from sessionledger.storage._coldload import ColdLoad
 from sessionledger.storage._committed import scan_log
+from sessionledger.storage._feed import LogRead, StoreFeed, follow_session
 from sessionledger.storage._limits import batch_bounds, checked_sizes
 from sessionledger.storage._listing import SessionInfo, SessionPage, SessionQuery
 from sessionledger.storage._logstore import Batch, LogStore
@@ -384,6 +385,35 @@ class SessionPersistence(ColdLoad):
             # Reading never refuses an unknown type: it is shown as stored.
             scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
             return [event for event in scan.events if event.seq >= from_seq]
+
+    async def read_acknowledged(self, session_id: str, from_seq: int) -> LogRead | None:
+        """The log of *session_id* as a live feed reads it: its committed events from
+        *from_seq* on, made durable first (``LogStore.read_durable``); None when the
+        session is not stored."""
+        async with self._lock(session_id):
+            raw = await self._store.read_durable(session_id, from_seq)
+        if raw is None:
+            return None
+        scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
+        events = scan.events
+        if from_seq and len(events) and events[0].seq < from_seq:
+            events = [event for event in events if event.seq >= from_seq]
+        return LogRead(scan.header, raw.revision, scan.end_seq, events)
+
+    def follow(
+        self, session_id: str, *, after: int = -1, wait: bool = True
+    ) -> AsyncIterator[SessionEvent]:
+        """The acknowledged events of *session_id* with seq > *after*, in seq order, as
+        they become durable, from any process (docs/feed.md). The feed waits for more
+        until the caller stops iterating (without *wait*, it ends at what is acknowledged
+        now); ``SessionDeletedError`` ends it when the session is deleted,
+        ``SessionNotFoundError`` when there is none to follow."""
+        return follow_session(self, session_id, after, wait=wait)
+
+    def follow_all(self, *, after: str | None = None, wait: bool = True) -> StoreFeed:
+        """The acknowledged events of every session, as they come, with a cursor to resume
+        from (``StoreFeed.cursor``; docs/feed.md)."""
+        return StoreFeed(self, after, wait=wait)
 
     async def revision(self, session_id: str) -> str | None:
         """Return the current revision of *session_id*, or None when nothing is stored."""
