@@ -138,6 +138,7 @@ if TYPE_CHECKING:
     )
     from sessionledger.storage._feed import (
         FeedItem as FeedItem,
+        SessionFeed as SessionFeed,
         StoreFeed as StoreFeed,
     )
     from sessionledger.storage._limits import (
@@ -251,7 +252,7 @@ _EXPORTS = {
     ),
     "sessionledger.runtime._ledger": ("Ledger",),
     "sessionledger.runtime._opening": ("open_store",),
-    "sessionledger.storage._feed": ("FeedItem", "StoreFeed"),
+    "sessionledger.storage._feed": ("FeedItem", "SessionFeed", "StoreFeed"),
     "sessionledger.storage._limits": ("Backlog",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, final
 
@@ -29,7 +29,7 @@ from sessionledger.runtime._durability import Durability
 from sessionledger.runtime._opening import open_with, plugin_set
 from sessionledger.storage._cancellation import uninterrupted
 from sessionledger.storage._catalog import ReindexReport
-from sessionledger.storage._feed import StoreFeed
+from sessionledger.storage._feed import SessionFeed, StoreFeed
 from sessionledger.storage._lifecycle import Closing, LoopBinding, note_unwritten
 from sessionledger.storage._limits import DEFAULT_MAX_PENDING_BYTES, Backlog
 from sessionledger.storage._listing import SessionListing, SessionPage, SessionQuery, make_query
@@ -384,9 +384,7 @@ class Ledger:
             return SessionPage((), None)
         return await self._persistence.list_sessions(query)
 
-    def follow(
-        self, session_id: str, *, after: int = -1, wait: bool = True
-    ) -> AsyncIterator[SessionEvent]:
+    def follow(self, session_id: str, *, after: int = -1, wait: bool = True) -> SessionFeed:
         """The acknowledged (flushed) events of *session_id* after seq *after*, as they
         come from any process; without *wait*, those acknowledged now (docs/feed.md)."""
         self._loop.serve()

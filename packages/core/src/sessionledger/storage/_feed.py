@@ -17,8 +17,9 @@ import binascii
 import hashlib
 import logging
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import NamedTuple, Protocol, final
+from collections import deque
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol, Self, final
 
 from sessionledger._errors import (
     QueryError,
@@ -100,59 +101,108 @@ def _deleted(session_id: str, next_seq: int, how: str = "deleted") -> SessionDel
     )
 
 
-async def follow_session(
-    source: Followed, session_id: str, after: int, *, wait: bool = True
-) -> AsyncIterator[SessionEvent]:
-    """Yield the acknowledged events of *session_id* with seq > *after*, in order, as
-    they come (without *wait*, only those acknowledged already); ``SessionDeletedError``
-    ends the feed when the session is deleted."""
-    if type(after) is not int or after < -1:
-        raise QueryError(f"after must be an integer of at least -1, got {after!r}")
-    store = source.log_store
-    next_seq = after + 1
-    revision: str | None = None
-    identity: str | None = None
-    attempt = 0
-    while True:
-        mark = store.change_mark()
-        try:
-            current = await source.revision(session_id)
-            read = None
-            if current is not None and current != revision:
-                read = await source.read_acknowledged(session_id, next_seq)
-            attempt = 0
-        except StoreUnavailableError:
-            attempt = await _retrying(source, attempt)
-            continue
-        if current == revision and current is not None:
-            if not wait:
-                return
+class _Feed:
+    """What both feeds share: a buffer of items read but not yet taken, so that a caller
+    cancelled while it waits for the next item loses nothing and the feed goes on; a
+    round of reads, then (when the round found nothing) a wait for the store's change
+    notification; a store that is unavailable is waited for."""
+
+    def __init__(self, source: Followed, wait: bool) -> None:
+        self._source = source
+        self._wait = wait
+        self._attempt = 0
+        self._closed = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def _next_round(self, session_id: str | None) -> None:
+        """Run rounds until one fills the buffer; ``StopAsyncIteration`` once there is
+        nothing more to read without waiting (*wait* False) or the feed was closed."""
+        store = self._source.log_store
+        while not self._closed:
+            mark = store.change_mark()
+            try:
+                if await self._round():
+                    self._attempt = 0
+                    return
+                self._attempt = 0
+            except StoreUnavailableError:
+                self._attempt = await _retrying(self._source, self._attempt)
+                continue
+            if not self._wait:
+                break
             try:
                 await store.wait_for_change(session_id, CATCH_UP_SECONDS, mark)
             except StoreUnavailableError:
-                attempt = await _retrying(source, attempt)
-            continue
-        if read is None:
-            if identity is None:
-                raise SessionNotFoundError("session not found", session_id=session_id)
-            raise _deleted(session_id, next_seq)
-        if identity is None:
-            identity = _identity(read.header)
-        elif _identity(read.header) != identity:
-            raise _deleted(session_id, next_seq, "deleted and created anew")
-        if read.end_seq < next_seq:  # shorter than what was yielded: not the same log
-            raise _deleted(session_id, next_seq, "replaced by a shorter log")
-        revision = read.revision
-        for event in read.events:
-            yield event
-            next_seq = event.seq + 1
+                self._attempt = await _retrying(self._source, self._attempt)
+        raise StopAsyncIteration
+
+    async def _round(self) -> bool:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """End the feed: the next ``anext`` raises ``StopAsyncIteration``."""
+        self._closed = True
 
 
 @final
-class StoreFeed:
+class SessionFeed(_Feed):
+    """The acknowledged events of one session after a seq, in seq order, as they come
+    (``SessionPersistence.follow``). ``cursor`` is the seq of the last event taken."""
+
+    def __init__(self, source: Followed, session_id: str, after: int, *, wait: bool) -> None:
+        if type(after) is not int or after < -1:
+            raise QueryError(f"after must be an integer of at least -1, got {after!r}")
+        super().__init__(source, wait)
+        self._session_id = session_id
+        self._next_seq = after + 1  # of the events taken
+        self._revision: str | None = None
+        self._identity: str | None = None
+        self._seen_end = 0  # the longest end read: a log shorter than that is not this one
+        self._buffer: deque[SessionEvent] = deque()
+
+    @property
+    def cursor(self) -> int:
+        """The seq of the last event taken (``after`` at first): resume with it."""
+        return self._next_seq - 1
+
+    async def __anext__(self) -> SessionEvent:
+        if not self._buffer:
+            await self._next_round(self._session_id)
+        event = self._buffer.popleft()
+        self._next_seq = event.seq + 1
+        return event
+
+    async def _round(self) -> bool:
+        source, session_id, next_seq = self._source, self._session_id, self._next_seq
+        current = await source.revision(session_id)
+        if current is not None and current == self._revision:
+            return False
+        read = None if current is None else await source.read_acknowledged(session_id, next_seq)
+        if read is None:
+            if self._identity is None:
+                raise SessionNotFoundError("session not found", session_id=session_id)
+            raise _deleted(session_id, next_seq)
+        identity = _identity(read.header)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            raise _deleted(session_id, next_seq, "deleted and created anew")
+        if read.end_seq < self._seen_end:  # shorter than it was: not the same log
+            raise _deleted(session_id, next_seq, "replaced by a shorter log")
+        self._seen_end = read.end_seq
+        self._revision = read.revision
+        self._buffer.extend(read.events)
+        return bool(read.events)
+
+
+@final
+class StoreFeed(_Feed):
     """The acknowledged events of every session of a store, as they come (an async
-    iterator of ``FeedItem``). ``cursor`` says where the feed is, after the last item
-    taken: pass it as ``after`` to resume there, in this process or another.
+    iterator of ``FeedItem``; ``SessionPersistence.follow_all``). ``cursor`` says where
+    the feed is, after the last item taken: pass it as ``after`` to resume there, in this
+    process or another.
 
     Without *wait*, the feed ends once it has yielded what is acknowledged already.
     Sessions are read in the order the store lists them, each from where the cursor left
@@ -161,67 +211,54 @@ class StoreFeed:
     """
 
     def __init__(self, source: Followed, after: str | None = None, *, wait: bool = True) -> None:
-        self._source = source
-        self._wait = wait
-        self._positions: dict[str, _Position] = decode_cursor(after) if after else {}
+        super().__init__(source, wait)
+        self._taken: dict[str, _Position] = decode_cursor(after) if after else {}
+        self._read = dict(self._taken)  # the positions read up to (the buffer's end)
         self._revisions: dict[str, str] = {}
-        self._items = self._run()
+        self._buffer: deque[tuple[FeedItem, _Position | None]] = deque()
 
     @property
     def cursor(self) -> str:
         """Where the feed is: every item taken so far is behind it."""
         entries = sorted(
-            [key, position.next_seq, position.identity] for key, position in self._positions.items()
+            [key, position.next_seq, position.identity] for key, position in self._taken.items()
         )
         packed = zlib.compress(jsoncodec.dumps(entries), 6)
         return _CURSOR_PREFIX + base64.urlsafe_b64encode(packed).decode("ascii")
 
-    def __aiter__(self) -> StoreFeed:
-        return self
-
     async def __anext__(self) -> FeedItem:
-        return await self._items.__anext__()
+        if not self._buffer:
+            await self._next_round(None)
+        item, position = self._buffer.popleft()
+        if position is None:
+            self._taken.pop(item.session_id, None)
+        else:
+            self._taken[item.session_id] = position
+        return item
 
-    async def aclose(self) -> None:
-        """Stop the feed (its iterator is closed; the cursor stays readable)."""
-        await self._items.aclose()
+    def _ended(self, session_id: str) -> None:
+        self._read.pop(session_id, None)
+        self._revisions.pop(session_id, None)
+        self._buffer.append((FeedItem(session_id, None), None))
 
-    async def _run(self) -> AsyncGenerator[FeedItem, None]:
-        source = self._source
-        store = source.log_store
-        attempt = 0
-        while True:
-            mark = store.change_mark()
-            try:
-                listed = await store.list_headers()
-                attempt = 0
-            except StoreUnavailableError:
-                attempt = await _retrying(source, attempt)
+    async def _round(self) -> bool:
+        listed = await self._source.log_store.list_headers()
+        present: set[str] = set()
+        for header, revision in listed:
+            session_id = header.get("id")
+            if type(session_id) is not str:
                 continue
-            present: set[str] = set()
-            for header, revision in listed:
-                session_id = header.get("id")
-                if type(session_id) is not str:
-                    continue
-                present.add(session_id)
-                if self._revisions.get(session_id) == revision:
-                    continue
-                async for item in self._catch_up(session_id):
-                    yield item
-            for session_id in [key for key in self._positions if key not in present]:
-                self._forget(session_id)
-                yield FeedItem(session_id, None)
-            if not self._wait:
-                return
-            try:
-                await store.wait_for_change(None, CATCH_UP_SECONDS, mark)
-            except StoreUnavailableError:
-                attempt = await _retrying(source, attempt)
+            present.add(session_id)
+            if self._revisions.get(session_id) != revision:
+                await self._catch_up(session_id)
+        for session_id in [key for key in self._read if key not in present]:
+            self._ended(session_id)
+        return bool(self._buffer)
 
-    async def _catch_up(self, session_id: str) -> AsyncIterator[FeedItem]:
-        """Yield what *session_id* committed after its position (from seq 0 again when it
-        turns out to be a session created anew under its id)."""
-        known = self._positions.get(session_id)
+    async def _catch_up(self, session_id: str) -> None:
+        """Buffer what *session_id* committed after the position read (from seq 0 again
+        when it turns out to be a session created anew under its id)."""
+        known = self._read.get(session_id)
         next_seq = 0 if known is None else known.next_seq
         try:
             read = await self._source.read_acknowledged(session_id, next_seq)
@@ -231,20 +268,14 @@ class StoreFeed:
             return  # deleted since it was listed: the next round says so
         identity = _identity(read.header)
         if known is not None and (known.identity != identity or read.end_seq < next_seq):
-            self._forget(session_id)
-            yield FeedItem(session_id, None)
-            async for item in self._catch_up(session_id):
-                yield item
+            self._ended(session_id)
+            await self._catch_up(session_id)
             return
-        self._positions[session_id] = _Position(next_seq, identity)
         for event in read.events:
-            self._positions[session_id] = _Position(event.seq + 1, identity)
-            yield FeedItem(session_id, event)
+            position = _Position(event.seq + 1, identity)
+            self._buffer.append((FeedItem(session_id, event), position))
+        self._read[session_id] = _Position(read.end_seq if read.events else next_seq, identity)
         self._revisions[session_id] = read.revision
-
-    def _forget(self, session_id: str) -> None:
-        self._positions.pop(session_id, None)
-        self._revisions.pop(session_id, None)
 
 
 def decode_cursor(cursor: str) -> dict[str, _Position]:

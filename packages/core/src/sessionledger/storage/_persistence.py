@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sessionledger._errors import (
@@ -39,7 +39,7 @@ from sessionledger.storage._catalog import ReindexReport
 from sessionledger.storage._chunks import pack_chunk_runs
 from sessionledger.storage._coldload import ColdLoad
 from sessionledger.storage._committed import scan_log
-from sessionledger.storage._feed import LogRead, StoreFeed, follow_session
+from sessionledger.storage._feed import LogRead, SessionFeed, StoreFeed
 from sessionledger.storage._limits import batch_bounds, checked_sizes
 from sessionledger.storage._listing import SessionInfo, SessionPage, SessionQuery
 from sessionledger.storage._logstore import Batch, LogStore
@@ -400,15 +400,13 @@ class SessionPersistence(ColdLoad):
             events = [event for event in events if event.seq >= from_seq]
         return LogRead(scan.header, raw.revision, scan.end_seq, events)
 
-    def follow(
-        self, session_id: str, *, after: int = -1, wait: bool = True
-    ) -> AsyncIterator[SessionEvent]:
+    def follow(self, session_id: str, *, after: int = -1, wait: bool = True) -> SessionFeed:
         """The acknowledged events of *session_id* with seq > *after*, in seq order, as
         they become durable, from any process (docs/feed.md). The feed waits for more
         until the caller stops iterating (without *wait*, it ends at what is acknowledged
         now); ``SessionDeletedError`` ends it when the session is deleted,
         ``SessionNotFoundError`` when there is none to follow."""
-        return follow_session(self, session_id, after, wait=wait)
+        return SessionFeed(self, session_id, after, wait=wait)
 
     def follow_all(self, *, after: str | None = None, wait: bool = True) -> StoreFeed:
         """The acknowledged events of every session, as they come, with a cursor to resume

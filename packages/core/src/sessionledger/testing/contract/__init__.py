@@ -18,7 +18,7 @@ Every clause runs under BlockBuster: a blocking call the backend makes on the ev
 thread fails it (docs/backends.md, "no blocking call on the event loop").
 ``PersistenceContract`` does not start with ``Test``, so pytest collects nothing until
 you subclass it. The clauses live one module each: ``writing``, ``reading``, ``repair``,
-``ownership``, ``listing``, ``publishing`` and ``through_ledger``; docs/backends.md, "the
+``ownership``, ``listing``, ``publishing``, ``through_ledger`` and ``feed``; docs/backends.md, "the
 contract kit", explains them.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sessionledger.testing.contract.feed import FeedClauses
 from sessionledger.testing.contract.listing import ListingClauses
 from sessionledger.testing.contract.ownership import OwnershipClauses
 from sessionledger.testing.contract.publishing import PublishingClauses
@@ -21,6 +22,7 @@ class PersistenceContract(
     LedgerClauses,
     ListingClauses,
     PublishingClauses,
+    FeedClauses,
 ):
     """The persistence contract as tests (docs/backends.md, "the contract kit"); subclass
     it and provide ``ledger_backend_factory``."""
