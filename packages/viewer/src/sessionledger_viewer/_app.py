@@ -46,6 +46,8 @@ TURNS: Final = 100
 LISTED: Final = 50
 #: New events one live update carries at most (the page asks again for the rest).
 TAIL: Final = 500
+#: How long a live update waits for the store to acknowledge a new event, in seconds.
+LONG_POLL: Final = 25.0
 #: Sessions per page when the listing is read for one session's stored length.
 _LISTED_AT_ONCE: Final = 500
 #: Messages per page of the messages at a seq.
@@ -143,6 +145,17 @@ class Viewer:
             if info.id == session_id:
                 return min(info.events, length) if info.problem is None else length
         return length
+
+    async def wait_for_event(self, session_id: str, after: int) -> None:
+        """Return once the store acknowledged an event of *session_id* after seq *after*
+        (the live feed, docs/feed.md), the session is gone, or ``LONG_POLL`` passed."""
+        feed = self.ledger.follow(session_id, after=after)
+        try:
+            await asyncio.wait_for(anext(feed), LONG_POLL)
+        except (TimeoutError, StopAsyncIteration, SessionNotFoundError):
+            pass  # the page reads the session again, and learns what happened
+        finally:
+            await feed.aclose()
 
     async def read(self, session_id: str) -> _Cached:
         """The session as stored now (repaired in memory only, as ``inspect`` does)."""
@@ -327,10 +340,16 @@ def create_app(
 
     async def tail(request: Request) -> Response:
         """The events after ``after`` (at most ``TAIL``) and the session's revision: what
-        a session page that stays open appends to its log (``viewer.js``)."""
+        a session page that stays open appends to its log (``viewer.js``). With
+        ``wait=1`` and nothing after ``after`` yet, the answer waits for the store to
+        acknowledge the next event (the live feed), at most ``LONG_POLL`` seconds."""
         session_id = request.path_params["id"]
         after = _int(request, "after", -1)
         cached = await viewer.read(session_id)
+        if request.query_params.get("wait") == "1" and after + 1 >= cached.length:
+            # Closers a repair would add are shown but not stored: wait past the stored.
+            await viewer.wait_for_event(session_id, min(after, cached.stored - 1))
+            cached = await viewer.read(session_id)
         log, history = cached.session, cached.history
         end = min(after + 1 + TAIL, cached.length)
         rows = describe.rows(log, after + 1, end, history, cached.stored)

@@ -1,6 +1,7 @@
 // sessionledger viewer: a session page left open at the end of its log follows new
-// events without a reload. It asks the server for the events after the last one shown
-// and appends them as rows. Every value is set as text (textContent), never as markup:
+// events without a reload. It asks the server for the events after the last one shown,
+// an answer the server holds until the store acknowledges one (the live feed), and
+// appends them as rows. Every value is set as text (textContent), never as markup:
 // session content is untrusted.
 "use strict";
 (function () {
@@ -54,13 +55,15 @@
 
   async function poll() {
     try {
-      const response = await fetch("/api" + base + "/tail?after=" + after, { cache: "no-store" });
+      const url = "/api" + base + "/tail?wait=1&after=" + after;
+      const response = await fetch(url, { cache: "no-store" });
       if (response.ok) {
         const tail = await response.json();
         for (const event of tail.events) { body.appendChild(row(event)); after = event.seq; }
         if (length) length.textContent = String(tail.length);
         if (status) status.textContent = "following new events · " + tail.length + " events";
-        if (tail.events.length && after + 1 < tail.length) { setTimeout(poll, 0); return; }
+        setTimeout(poll, 0);  // the server waits for the next event: ask again at once
+        return;
       } else if (status) {
         status.textContent = "not following: the server answered " + response.status;
       }
@@ -70,5 +73,6 @@
     }
     setTimeout(poll, 1000);
   }
-  setTimeout(poll, 1000);
+  if (status) status.textContent = "following new events";
+  setTimeout(poll, 0);
 })();
