@@ -130,6 +130,11 @@ class ThrowawayServer:
         self.stop()
 
     @property
+    def data_directory(self) -> Path | None:
+        """The cluster's data directory while it exists (what a test may search)."""
+        return None if self._base is None else self._base / "data"
+
+    @property
     def log_path(self) -> Path | None:
         """The server's log file while it exists."""
         return None if self._base is None else self._base / "server.log"

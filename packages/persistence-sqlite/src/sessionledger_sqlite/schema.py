@@ -337,6 +337,10 @@ async def prepare(
     await _expect(db, "trusted_schema", 0)
     await db.execute_fetchall("PRAGMA foreign_keys = ON")
     await _expect(db, "foreign_keys", 1)
+    # What a write frees is zeroed, not left in free space (docs/durability.md,
+    # "deleting leaves nothing").
+    await db.execute_fetchall("PRAGMA secure_delete = ON")
+    await _expect(db, "secure_delete", 1)
     # One read snapshot first: a foreign file is refused without taking the write lock.
     found = await _begin_checked(db, "BEGIN", location, upgrade=upgrade is not None)
     await db.execute_fetchall("COMMIT")

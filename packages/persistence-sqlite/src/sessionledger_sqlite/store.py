@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any, Final, Literal, final
 
 import aiosqlite
 
-from sessionledger import ConfigError, EventTypeRegistry, SessionHeader
+from sessionledger import ConfigError, EventTypeRegistry, LedgerError, SessionHeader
 from sessionledger._failpoints import failpoint
 from sessionledger.storage import (
     Batch,
@@ -57,6 +58,8 @@ from sessionledger_sqlite.reading import (
 
 __all__ = ["MEMORY", "SqliteLogStore", "SqlitePersistence"]
 
+logger = logging.getLogger("sessionledger")
+
 
 #: How a write's transaction begins: it takes the write lock at once.
 _BEGIN: Final = "BEGIN IMMEDIATE"
@@ -76,6 +79,8 @@ _SELECT_TAIL: Final = (
 )
 
 _SELECT_REVISION: Final = "SELECT incarnation, revision FROM sessions WHERE id = ?"
+_MERGE_TEXT_INDEX: Final = "INSERT INTO search_index (search_index) VALUES ('optimize')"
+_EMPTY_WAL: Final = "PRAGMA wal_checkpoint(TRUNCATE)"
 _EVENT_COLUMN_NAMES: Final = tuple(EVENT_COLUMNS.split(", "))
 _SELECT_EVENTS_AFTER: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq"
@@ -340,6 +345,28 @@ class SqliteLogStore(LogStore):
             failpoint("sqlite.delete.before-commit")
         failpoint("sqlite.delete.after-commit")
         return deleted
+
+    async def scrub(self) -> None:
+        """Leave nothing of deleted sessions in the files (docs/durability.md, "deleting
+        leaves nothing"): every connection zeroes what a write frees (``secure_delete``);
+        merging the text index drops the deleted texts' terms from its old segments (their
+        pages zeroed as they are freed); a checkpoint then empties the write-ahead log,
+        which still holds the pages as they were written. A reader that keeps the log
+        busy, or a failure, is logged: the deletion itself stands."""
+        try:
+            async with self._connections.writing(None) as db:
+                await db.execute_fetchall(_MERGE_TEXT_INDEX)
+                busy, _, _ = next(iter(await db.execute_fetchall(_EMPTY_WAL)))
+        except LedgerError as error:
+            logger.warning("%s: after a deletion, scrubbing failed: %s", self._location, error)
+            return
+        if busy:
+            logger.warning(
+                "%s: after a deletion, a reader kept the write-ahead log from being emptied: "
+                "deleted text stays in %s-wal until the next deletion empties it",
+                self._location,
+                self._location,
+            )
 
     # -- listing, search, audit (docs/listing.md) ------------------------------------------
 

@@ -302,6 +302,8 @@ class SessionCatalog:
                 deleted.append(item.info.id)
             else:
                 skipped.append((item.info.id, "it changed since the plan"))
+        if deleted:
+            await uninterrupted(self._store.scrub())
         done = dataclasses.replace(
             plan, executed=True, deleted=tuple(deleted), skipped=tuple(skipped), audit_id=audit_id
         )

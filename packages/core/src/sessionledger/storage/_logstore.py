@@ -370,6 +370,14 @@ class LogStore(ABC):
         is needed to write, never to read; claiming a session already held is a no-op.
         """
 
+    async def scrub(self) -> None:
+        """After deletions, remove what the medium still holds of deleted logs outside
+        their records: free pages, a write-ahead log, an index's old segments
+        (docs/durability.md, "deleting leaves nothing"). The policy calls it after
+        ``delete`` and once after a prune's deletions; a store whose deletion leaves
+        nothing behind keeps the default, which does nothing."""
+        return None
+
     async def release(self, session_id: str) -> None:
         """Let go of what the store holds for one session: its claim, caches."""
         return None

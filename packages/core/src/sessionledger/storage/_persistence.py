@@ -504,6 +504,7 @@ class SessionPersistence(ColdLoad):
         async with self._lock(session_id):
             self._owners.refuse_others(session_id, writer)
             await uninterrupted(self._delete_locked(session_id, writer))  # begun, it ends whole
+        await uninterrupted(self._store.scrub())
 
     async def _delete_locked(self, session_id: str, writer: object) -> None:
         registered = False
