@@ -22,8 +22,11 @@ from sessionledger.testing.strategies import session_logs
 from sessionledger_jsonl._format import (
     _RECORD_START,
     _Split,
+    continuation,
+    continued_parts,
     frame_batch,
     header_line,
+    log_parts,
     parse_header,
     split_batches,
 )
@@ -329,3 +332,32 @@ def test_a_commit_record_stating_a_seq_past_64_bits_scans_alike(stated: int) -> 
             outcome = scanned(damaged, compiled=True)
             assert outcome == scanned(damaged, compiled=False), (at, key)
             assert type(outcome) is str or outcome[2] > 0  # refused, or a torn tail
+
+
+@given(damaged_logs(), st.data())
+def test_a_log_read_on_from_where_an_earlier_read_ended_reads_as_its_suffix(
+    data: bytes, draw: st.DataObject
+) -> None:
+    """A feed's read from a ``continuation`` (docs/feed.md): a read of the file as it was
+    (any prefix of it), then a read of the bytes after where that one's intact batches
+    ended, give the events a whole read gives from that seq on, whatever damage follows."""
+    body = data.index(b"\n") + 1
+    earlier = data[: draw.draw(st.integers(body, len(data)))]
+    _, incarnation, _, batches = log_parts(earlier, "log", "s")
+    at = continuation(earlier, body, batches, incarnation, None)
+    if at is None:
+        return
+    assert data[at.offset - len(at.commit_line) : at.offset] == at.commit_line
+    _, _, records, parts, _ = continued_parts(data[: body - 1], data[at.offset :], "log", "s", at)
+    whole = _events(*log_parts(data, "log", "s")[2:], at.next_seq)
+    if isinstance(whole, list):  # a whole read that refuses the log refuses what came before
+        assert _events(records, parts, at.next_seq) == whole
+
+
+def _events(records: Any, batches: Any, after: int) -> list[Any] | str:
+    raw = RawLog({"version": 1, "id": "s", "createdAt": 0}, records, "r", "log", batches=batches)
+    try:
+        scanned = scan_log("s", raw, contiguous_from=None)
+    except LedgerError as error:
+        return type(error).__name__
+    return [event.to_json() for event in scanned.events if event.seq >= after]

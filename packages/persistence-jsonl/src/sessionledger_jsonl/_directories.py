@@ -21,6 +21,9 @@ from sessionledger.storage import RawLog
 from sessionledger_jsonl._files import FileSystem, SymlinkRefusedError
 from sessionledger_jsonl._format import (
     LOG_NAME,
+    Continuation,
+    continuation,
+    continued_parts,
     incarnation_of,
     log_parts,
     parse_header,
@@ -154,10 +157,75 @@ class SessionDirectories:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read_log(self, session_id: str, *, durable: bool = False) -> RawLog | None:
-        """Read the whole log of *session_id* (a line-oriented file cannot seek by seq);
-        *durable*: sync the file after reading it, so that what was read is durable even
-        if its writer has not synced it yet (a live feed's read; docs/feed.md)."""
+    def read_log(self, session_id: str) -> RawLog | None:
+        """Read the whole log of *session_id* (a line-oriented file cannot seek by seq)."""
+        found = self._open_log(session_id)
+        if found is None:
+            return None
+        fd, place, path = found
+        try:
+            data, status = self._stable_read(fd)
+        finally:
+            self.system.close(fd)
+        header, incarnation, records, batches = log_parts(data, path, session_id)
+        self._check_location(session_id, header, place, path)
+        return RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
+
+    def read_log_after(
+        self, session_id: str, at: Continuation | None, *, durable: bool
+    ) -> tuple[RawLog | None, Continuation | None]:
+        """Read the log of *session_id* for a live feed (docs/feed.md): only the bytes
+        after *at* while the file still holds what *at* describes (its incarnation, and
+        the commit record right before the offset), else the whole file; *durable*: sync
+        the file after reading it, so that what was read is durable even if its writer
+        has not synced it yet. Return also where its intact batches end now."""
+        found = self._open_log(session_id)
+        if found is None:
+            return None, None
+        fd, place, path = found
+        try:
+            after = None if at is None else self._read_after(fd, at)
+            whole = self._stable_read(fd) if after is None else None
+            if durable:
+                self.system.fsync(fd)
+        finally:
+            self.system.close(fd)
+        if after is None or at is None:
+            assert whole is not None
+            data, status = whole
+            header, incarnation, records, batches = log_parts(data, path, session_id)
+            body, at = data.find(b"\n") + 1, None
+        else:
+            head, rest, status = after
+            header, incarnation, records, batches, data = continued_parts(
+                head, rest, path, session_id, at
+            )
+            body = len(head) + 1
+        self._check_location(session_id, header, place, path)
+        raw = RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
+        return raw, continuation(data, body, batches, incarnation, at)
+
+    def _read_after(self, fd: int, at: Continuation) -> tuple[bytes, bytes, os.stat_result] | None:
+        """The header line, the bytes after *at* and the file's status, read while the
+        file did not change; None when the file no longer holds what *at* describes."""
+        system, mark = self.system, at.commit_line
+        for _ in range(_STABLE_READ_TRIES):
+            before = system.status(fd)
+            start = at.offset - len(mark)
+            if before.st_size < at.offset or start < 0:
+                return None
+            head = system.first_line(fd)
+            if head is None or incarnation_of(head) != at.incarnation:
+                return None
+            tail = system.read_at(fd, before.st_size - start, start)
+            if not tail.startswith(mark):
+                return None
+            if stat_key(before) == stat_key(system.status(fd)):
+                return head, tail[len(mark) :], before
+        return None
+
+    def _open_log(self, session_id: str) -> tuple[int, Place, str] | None:
+        """The log file of *session_id*, open for reading, with its place and path."""
         place = self.find(session_id)
         if place is None:
             return None
@@ -171,15 +239,7 @@ class SessionDirectories:
             except FileNotFoundError:  # deleted since it was found
                 self._index.pop(session_id, None)
                 return None
-        try:
-            data, status = self._stable_read(fd)
-            if durable:
-                self.system.fsync(fd)
-        finally:
-            self.system.close(fd)
-        header, incarnation, records, batches = log_parts(data, path, session_id)
-        self._check_location(session_id, header, place, path)
-        return RawLog(header, records, revision_of(incarnation, status), path, batches=batches)
+        return fd, place, path
 
     def _stable_read(self, fd: int) -> tuple[bytes, os.stat_result]:
         """Read a whole file, retrying until it did not change during the read (a writer

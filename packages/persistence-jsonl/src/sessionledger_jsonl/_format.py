@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -163,6 +163,53 @@ def log_parts(
     return header, incarnation, records, batches
 
 
+class Continuation(NamedTuple):
+    """Where the committed part of a log file ended when it was last read: its byte
+    offset (after a commit record), the line number there, the seq after it, the
+    incarnation of the log, and the commit record's line that ends there (a log read
+    again from the offset must still hold that line right before it)."""
+
+    offset: int
+    line: int
+    next_seq: int
+    incarnation: str
+    commit_line: bytes
+
+
+def continued_parts(
+    header_line: bytes, rest: bytes, path: str, session_id: str, at: Continuation
+) -> tuple[dict[str, Any], str, LineRecords, list[RawBatch], bytes]:
+    """``log_parts`` of a log read from *at* on: the header line and the bytes after
+    *at*; also the bytes parsed (the header line, a newline, *rest*)."""
+    header, incarnation = parse_header(header_line, path, session_id)
+    data = header_line + b"\n" + rest
+    with collector_paused():
+        records, batches = split_batches(data, len(header_line) + 1, path, continued_at=at.line)
+    return header, incarnation, records, batches, data
+
+
+def continuation(
+    data: bytes, body: int, batches: Sequence[RawBatch], incarnation: str, at: Continuation | None
+) -> Continuation | None:
+    """Where the intact batches at the start of *batches* end, for a read of the same log
+    from there on; *data* holds the header line and the records from *body* on, which
+    are the file's bytes from ``at.offset`` on (from *body* when *at* is None)."""
+    last = None
+    for index, batch in enumerate(batches):
+        if batch.problem is not None or batch.end_seq is None:
+            break
+        last = index
+    if last is None:
+        return at
+    end = batches[last + 1].position if last + 1 < len(batches) else data.rfind(b"\n") + 1
+    start = data.rfind(b"\n", 0, end - 1) + 1
+    end_seq = batches[last].end_seq
+    assert end_seq is not None
+    offset, line = (end, 2) if at is None else (at.offset + end - body, at.line)
+    lines = line + data.count(b"\n", body, end)
+    return Continuation(offset, lines, end_seq, incarnation, data[start:end])
+
+
 def frame_batch(
     records: Sequence[Mapping[str, Any]],
     first: int,
@@ -208,7 +255,7 @@ def _check(
 
 
 def split_batches(
-    data: bytes, body: int, path: str | None = None
+    data: bytes, body: int, path: str | None = None, *, continued_at: int | None = None
 ) -> tuple[LineRecords, list[RawBatch]]:
     """Split a log's bytes after the header (*body* is where the records start) into its
     records and its batches, checking each batch against its commit record.
@@ -219,11 +266,11 @@ def split_batches(
     lines after the last commit record, a partial last line included: the last,
     incomplete batch.
     """
-    split = _Split(data, body)
+    split = _Split(data, body, continued_at)
     # Record lines are kept where they are in *data* (LineRecords): a copy of a large
     # log, or a record object per line, would cost a cold load for nothing.
     limit = max(data.rfind(b"\n") + 1, body)  # after the last complete line
-    position, number = body, 2
+    position, number = body, split.first_line
     records, starts, find = split.records, split.starts, data.find
     while position < limit:
         # The lines from here that begin as every record line does, in one step: none of
@@ -255,9 +302,11 @@ class _Split:
         "view",
     )
 
-    def __init__(self, data: bytes, body: int) -> None:
+    def __init__(self, data: bytes, body: int, continued_at: int | None = None) -> None:
         self.data = data
-        self.body = body
+        # A log read from a batch boundary on (*continued_at*, the line number there):
+        # the header is only there to be read, no batch of it covers the header.
+        self.body = body if continued_at is None else -1
         self.view = memoryview(data)
         self.header_crcs = _header_crcs(self.view, body)  # the first batch's covers it
         self.records = LineRecords(data)
@@ -265,7 +314,7 @@ class _Split:
         self.batches: list[RawBatch] = []
         self.start = body  # where the current batch begins
         self.first_record = 0
-        self.first_line = 2
+        self.first_line = 2 if continued_at is None else continued_at
 
     def line(self, position: int, end_at: int, number: int) -> None:
         """Take the complete line ``data[position:end_at]``, line *number* of the file, one
@@ -304,7 +353,7 @@ class _Split:
         elif problem is not None:
             split, begin = self.first_record, self.start
             problem, first, end = _checked(
-                fields, pending, view[self.start : position], crcs, not batches
+                fields, pending, view[self.start : position], crcs, not batches and self.body >= 0
             )
         label = f"batch {len(batches) + 1} (lines {self.first_line}-{number})"
         batches.append(RawBatch(split, count, begin, label, problem, first, end, self.first_line))

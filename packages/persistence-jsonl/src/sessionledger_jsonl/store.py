@@ -38,7 +38,7 @@ from sessionledger_jsonl import _files
 from sessionledger_jsonl._audit import AuditLog
 from sessionledger_jsonl._directories import SessionDirectories
 from sessionledger_jsonl._files import FileSystem
-from sessionledger_jsonl._format import log_parts
+from sessionledger_jsonl._format import Continuation, log_parts
 from sessionledger_jsonl._index import SummaryIndex, summary_rows
 from sessionledger_jsonl._writing import Writers
 
@@ -46,6 +46,8 @@ __all__ = ["JsonlLogStore", "JsonlPersistence"]
 
 logger = logging.getLogger("sessionledger")
 
+#: Sessions whose feeds' read positions a store keeps (a feed beyond reads whole files).
+_CONTINUATIONS: Final = 1024
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -88,6 +90,7 @@ class JsonlLogStore(LogStore):
         self._writers = Writers(self._directories, fsync=fsync)
         system = self._directories.system
         self._index = SummaryIndex(system, self.root, fsync=fsync)
+        self._continuations: dict[str, Continuation] = {}  # where feeds' last reads ended
         self._audit = AuditLog(system, self.root, fsync=fsync)
 
     def __repr__(self) -> str:
@@ -123,11 +126,21 @@ class JsonlLogStore(LogStore):
         return await self._run(session_id, self._directories.read_log, session_id)
 
     async def read_durable(self, session_id: str, from_seq: int = 0) -> RawLog | None:
-        # A writer in another process may have written a batch it has not synced yet: the
-        # feed syncs the file itself (a no-op when the writer did), unless fsync is off.
-        return await self._run(
-            session_id, self._directories.read_log, session_id, durable=self.fsync
+        """A live feed's read: the bytes after where the last one ended, while the file
+        still holds what that read saw (else the whole file), so a follower's read costs
+        what was appended, not the whole log. A writer in another process may have
+        written a batch it has not synced yet: the feed syncs the file itself (a no-op
+        once the writer did), unless fsync is off."""
+        known = self._continuations.get(session_id)
+        at = known if known is not None and known.next_seq <= from_seq else None
+        raw, after = await self._run(
+            session_id, self._directories.read_log_after, session_id, at, durable=self.fsync
         )
+        if after is None:
+            self._continuations.pop(session_id, None)
+        elif len(self._continuations) < _CONTINUATIONS or session_id in self._continuations:
+            self._continuations[session_id] = after
+        return raw
 
     async def read_revision(self, session_id: str) -> str | None:
         return await self._run(session_id, self._directories.read_revision, session_id)
