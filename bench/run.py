@@ -52,6 +52,7 @@ GROUPS: dict[str, Group] = {
     "openai-agents": _group("fig_openai_agents"),  # figure 10: the SDK on LedgerSession
     "listing": _group("fig_listing"),  # figure 11: listing, search, prune over many sessions
     "viewer": _group("fig_viewer"),  # figure 13: the viewer's pages on a 1M-event session
+    "feed": _group("fig_feed"),  # figure 14: the live feed, followers in other processes
     "peers": _group("fig_peers"),  # figure 7 (after the others: the peers' imports are big)
     "postgres": _group("fig_postgres"),  # PostgreSQL, through bench_postgres.py
 }
