@@ -29,6 +29,7 @@ LONGER_MODULES: dict[str, tuple[int, str]] = {
     "sessionledger.model._eventlog": (540, "EventLog: the events in memory, runs kept packed"),
     "sessionledger.cli._inspecting": (580, "the read-only commands over one session"),
     "sessionledger_postgres.store": (600, "the PostgreSQL LogStore: every primitive"),
+    "sessionledger_sqlite.store": (540, "the SQLite LogStore: every primitive, the scrub"),
     "sessionledger_openai_agents.session": (580, "the SDK's Session protocol, whole"),
     "sessionledger_pydantic_ai.history": (560, "pydantic-ai messages to events and back"),
 }

@@ -49,12 +49,14 @@ async def reads(root: Path) -> None:
     ]  # only what was appended: no record of the first batch was read
     assert second.revision == await follower.read_revision("s")
 
-    # A torn tail after the offset: not intact, and the next read still starts before it.
+    # A torn tail after the offset: nothing intact after it, so the read is whole (a read
+    # from a seq holds the log's last record), and nothing new is committed.
     with log_path(root).open("ab") as file:
         file.write(b'{"type":"turn/start","seq":')
     torn = await follower.read_durable("s", 2 * quarter)
     assert torn is not None
-    assert scan_log("s", torn, contiguous_from=None).events == []
+    scanned = scan_log("s", torn, contiguous_from=0)
+    assert scanned.end_seq == 2 * quarter
     log = log_path(root)
     log.write_bytes(log.read_bytes()[: -len(b'{"type":"turn/start","seq":')])
 
@@ -105,6 +107,31 @@ def test_following_a_growing_log_yields_it_exactly(tmp_path: Path) -> None:
                 seen.append(await asyncio.wait_for(anext(feed), 10))
         assert [event.to_json() for event in seen] == [event.to_json() for event in events]
         await feed.aclose()
+        await writer.close()
+        await reader.close()
+
+    asyncio.run(run())
+
+
+def test_a_torn_tail_after_the_last_read_is_no_shorter_log(tmp_path: Path) -> None:
+    """A writer that dies mid-write leaves half a batch after where a feed's last read
+    ended: the feed goes on waiting, it does not take the log for a shorter one."""
+
+    async def run() -> None:
+        writer = JsonlPersistence(tmp_path, event_types=CORE)
+        reader = JsonlPersistence(tmp_path, event_types=CORE)
+        events = turns(2)
+        await writer.create(SessionHeader(id="s", created_at=1))
+        await writer.append("s", events)
+        feed = reader.follow("s")
+        seen = [await asyncio.wait_for(anext(feed), 10) for _ in events]
+        with log_path(tmp_path).open("ab") as file:
+            file.write(b'{"type":"turn/start","seq":' + str(len(events)).encode())
+        pending = asyncio.ensure_future(anext(feed))
+        done, _ = await asyncio.wait({pending}, timeout=0.5)
+        assert not done, pending.result()  # no event, and no SessionDeletedError
+        pending.cancel()
+        assert [event.to_json() for event in seen] == [event.to_json() for event in events]
         await writer.close()
         await reader.close()
 

@@ -133,9 +133,12 @@ class JsonlLogStore(LogStore):
         once the writer did), unless fsync is off."""
         known = self._continuations.get(session_id)
         at = known if known is not None and known.next_seq <= from_seq else None
-        raw, after = await self._run(
-            session_id, self._directories.read_log_after, session_id, at, durable=self.fsync
-        )
+        read = self._directories.read_log_after
+        raw, after = await self._run(session_id, read, session_id, at, durable=self.fsync)
+        if at is not None and after == at:
+            # No intact batch after *at*: a torn tail, or a change that added none. A read
+            # from a seq must hold the log's last record (``LogStore.read_log``): whole.
+            raw, after = await self._run(session_id, read, session_id, None, durable=False)
         if after is None:
             self._continuations.pop(session_id, None)
         elif len(self._continuations) < _CONTINUATIONS or session_id in self._continuations:
