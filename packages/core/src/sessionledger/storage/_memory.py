@@ -8,6 +8,7 @@ every backend it registers its URL scheme through the ``ledger_backends`` hook.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import itertools
@@ -53,6 +54,7 @@ class _Stored:
     changes: int = 0
     quarantined: list[bytes] = dataclasses.field(default_factory=list)  # records cut away
     summary: SessionSummary | None = None  # None after tampering: computed when listed
+    seekable: bool = True  # False after tampering: the ends may be in any order
 
     @property
     def next_seq(self) -> int:
@@ -114,7 +116,11 @@ class MemoryLogStore(LogStore):
 
     async def read_log(self, session_id: str, from_seq: int = 0) -> RawLog | None:
         stored = self.storage.get(session_id)
-        return None if stored is None else _raw_log(session_id, stored)
+        if stored is None:
+            return None
+        # Seek as a database does: from the record holding from_seq, or the last record.
+        start = bisect.bisect_right(stored.ends, from_seq) if from_seq and stored.seekable else 0
+        return _raw_log(session_id, stored, min(start, len(stored.records) - 1))
 
     async def read_revision(self, session_id: str) -> str | None:
         stored = self.storage.get(session_id)
@@ -227,6 +233,7 @@ class MemoryLogStore(LogStore):
         stored = self.storage[session_id]
         stored.records = list(records)
         stored.summary = None
+        stored.seekable = False
         stored.ends = []
         end = 0
         for line in records:
@@ -282,10 +289,10 @@ def _new_log(batch: Batch) -> _Stored:
     )
 
 
-def _raw_log(session_id: str, stored: _Stored) -> RawLog:
-    """Parse a stored log's bytes back, as a file's reader would."""
+def _raw_log(session_id: str, stored: _Stored, start: int = 0) -> RawLog:
+    """Parse a stored log's bytes back (from record *start* on), as a file's reader would."""
     records = []
-    for index, line in enumerate(stored.records):
+    for index, line in enumerate(stored.records[max(start, 0) :], max(start, 0)):
         try:
             value: Any = jsoncodec.loads(line)
         except ValueError:
