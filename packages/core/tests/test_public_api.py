@@ -60,6 +60,8 @@ CODES: dict[str, set[str]] = {
     "BacklogFullError": {"BACKLOG_FULL"},
     "ResourceLimitError": {"RESOURCE_LIMIT"},
     "UnknownEventTypeError": {"UNKNOWN_EVENT_TYPE"},
+    "SessionDeletedError": {"SESSION_DELETED"},
+    "StoreUnavailableError": {"UNAVAILABLE"},
 }
 
 #: Names a user imports from ``sessionledger`` itself.
@@ -85,6 +87,9 @@ PUBLIC_NAMES = [
     "tool_call_block",
     "tool_result",
     "user_message",
+    "FeedItem",
+    "SessionFeed",
+    "StoreFeed",
     *CODES,
     "LedgerError",
 ]
