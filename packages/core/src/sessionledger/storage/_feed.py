@@ -112,6 +112,7 @@ class _Feed:
         self._wait = wait
         self._attempt = 0
         self._closed = False
+        self._found_at: float | None = None  # when the last round that found items began
 
     def __aiter__(self) -> Self:
         return self
@@ -120,11 +121,22 @@ class _Feed:
         """Run rounds until one fills the buffer; ``StopAsyncIteration`` once there is
         nothing more to read without waiting (*wait* False) or the feed was closed."""
         store = self._source.log_store
+        loop = asyncio.get_running_loop()
         while not self._closed:
+            if self._wait and self._found_at is not None:
+                # Reads at most every poll_seconds while a log keeps changing: a follower
+                # takes what a busy writer flushed meanwhile in one read, not one per
+                # flush (docs/feed.md, "costs and limits").
+                gap = self._found_at + store.poll_seconds - loop.time()
+                if gap > 0:
+                    await asyncio.sleep(gap)
+                self._found_at = None
             mark = store.change_mark()
+            began = loop.time()
             try:
                 if await self._round():
                     self._attempt = 0
+                    self._found_at = began
                     return
                 self._attempt = 0
             except StoreUnavailableError:
