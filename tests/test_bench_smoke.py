@@ -147,3 +147,20 @@ def test_viewer_group_runs() -> None:
     figures = {figure.key: figure for figure in results["figures"]}
     assert {"13-viewer-first", "13-viewer-later"} <= set(figures)
     assert all(figure.ratio is not None and figure.ratio > 0 for figure in figures.values())
+
+
+@pytest.mark.slow
+def test_feed_group_runs() -> None:
+    results = run.run_groups(["feed"], TINY, log=lambda line: None)
+    assert results["failures"] == {}
+    figures = {figure.key: figure for figure in results["figures"]}
+    rows = ("p95", "p95-long", "writer", "idle")
+    kinds = ("memory", "jsonl", "sqlite", "postgres")
+    assert set(figures) == {f"14-feed-{row}-{kind}" for row in rows for kind in kinds}
+    for key, figure in figures.items():
+        if figure.note.startswith("skipped"):  # no PostgreSQL server here
+            assert key.endswith("-postgres")
+            continue
+        assert figure.ratio is not None, key
+        assert figure.ratio > 0 or "-idle-" in key, key
+    assert "## Figure 14 detail" in run.render(results)

@@ -85,9 +85,6 @@ class PostgresLogStore(LogStore):
     max_batch_bytes = LARGEST_BATCH
     indexes_text = True  # search_text, written with each batch
     keeps_audit = True  # the audit table
-    # A feed is woken by LISTEN (``notices``); while a log keeps changing it reads at
-    # most this often, taking what was written meanwhile in one read.
-    poll_seconds = 0.01
 
     def __init__(
         self,
