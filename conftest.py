@@ -57,6 +57,19 @@ def invariants_on(
     yield
 
 
+def started_server() -> ThrowawayServer:
+    """A throwaway PostgreSQL server, started; the test is skipped when none can start
+    here (and fails in CI, which must run the PostgreSQL tests)."""
+    server = ThrowawayServer()
+    try:
+        server.start()
+    except ServerUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
+        pytest.skip(f"no PostgreSQL server could be started: {error}")
+    return server
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """The URL of a PostgreSQL database the tests may create schemas in."""
@@ -64,15 +77,21 @@ def pg_url() -> Iterator[str]:
     if named:
         yield named
         return
-    server = ThrowawayServer()
+    server = started_server()
     try:
-        url = server.start()
-    except ServerUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
-        pytest.skip(f"no PostgreSQL server could be started: {error}")
+        assert server.url is not None
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_pg_server() -> Iterator[ThrowawayServer]:
+    """A PostgreSQL server of the test's own, for a test that restarts it or reads its
+    files (``url`` and ``data_directory``); stopped after the test."""
+    server = started_server()
     try:
-        yield url
+        yield server
     finally:
         server.stop()
 

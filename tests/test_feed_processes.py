@@ -54,7 +54,6 @@ import pytest
 from sessionledger import open_store
 from sessionledger.model._repair import interrupted_turn_closers
 from sessionledger_postgres.testing import (
-    ServerUnavailable,
     ThrowawayServer,
     drop_schema,
     with_options,
@@ -524,14 +523,11 @@ def test_a_writer_killed_inside_a_flush_shows_what_was_stored_then_the_repair(
     run_writer_crash(store_url, children, failpoint=failpoint, in_flight=in_flight)
 
 
-def test_a_postgresql_restart_loses_and_repeats_nothing(children: Children) -> None:
-    server = ThrowawayServer()
-    try:
-        url = server.start()
-    except ServerUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
-        pytest.skip(f"no PostgreSQL server could be started: {error}")
+def test_a_postgresql_restart_loses_and_repeats_nothing(
+    children: Children, own_pg_server: ThrowawayServer
+) -> None:
+    server, url = own_pg_server, own_pg_server.url
+    assert url is not None
     try:
         writer = children.feed_child(
             "write", url, SESSION, 0, 4, "retry", "stepped", env={"FEED_CHILD_PAUSE_MS": "30"}
@@ -553,7 +549,6 @@ def test_a_postgresql_restart_loses_and_repeats_nothing(children: Children) -> N
         settled((follower, log, printed), (everything, as_items(log), feed_items))
     finally:
         children.stop_all()
-        server.stop()
 
 
 def test_a_deleted_session_ends_its_followers_after_every_acknowledged_event(

@@ -15,7 +15,6 @@ the same oracle with the scrub taken out and shows it finds the text.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import asyncpg
@@ -23,6 +22,7 @@ import pytest
 
 from sessionledger import Ledger, open_store
 from sessionledger.testing.builders import closed_turn
+from sessionledger_postgres.testing import ThrowawayServer
 
 #: A word the tokenizer keeps whole and nothing else writes.
 SECRET = "quokkasecret"
@@ -104,46 +104,37 @@ def test_the_oracle_finds_what_a_store_without_its_scrub_leaves(
     assert traces(tmp_path, SECRET) != {}
 
 
-def test_postgresql_keeps_no_deleted_text_in_its_tables_after_the_maintenance() -> None:
-    from sessionledger_postgres.testing import ServerUnavailable, ThrowawayServer
+def test_postgresql_keeps_no_deleted_text_in_its_tables_after_the_maintenance(
+    own_pg_server: ThrowawayServer,
+) -> None:
+    url, data = own_pg_server.url, own_pg_server.data_directory
+    assert url is not None
+    assert data is not None
 
-    server = ThrowawayServer()
-    try:
-        url = server.start()
-    except ServerUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the PostgreSQL tests, but no server could start: {error}")
-        pytest.skip(f"no PostgreSQL server could be started: {error}")
-    try:
-        data = server.data_directory
-        assert data is not None
+    def tables(word: str) -> dict[str, int]:  # the write-ahead log aside (see above)
+        return {name: n for name, n in traces(data, word).items() if "pg_wal" not in name}
 
-        def tables(word: str) -> dict[str, int]:  # the write-ahead log aside (see above)
-            return {name: n for name, n in traces(data, word).items() if "pg_wal" not in name}
-
-        async def run() -> tuple[dict[str, int], dict[str, int]]:
+    async def run() -> tuple[dict[str, int], dict[str, int]]:
+        async with Ledger.open(url) as ledger:
+            for name, word in (("kept", KEPT), ("secret", SECRET)):
+                session = ledger.create(name, title=f"{word} title")
+                for turn in range(1, 4):
+                    closed_turn(session, turn, prompt=f"{word} q", answer=f"{word} a")
+                    await ledger.flush(session)
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("CHECKPOINT")  # the pages on disk, as the oracle reads them
+            before = tables(SECRET)
             async with Ledger.open(url) as ledger:
-                for name, word in (("kept", KEPT), ("secret", SECRET)):
-                    session = ledger.create(name, title=f"{word} title")
-                    for turn in range(1, 4):
-                        closed_turn(session, turn, prompt=f"{word} q", answer=f"{word} a")
-                        await ledger.flush(session)
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute("CHECKPOINT")  # the pages on disk, as the oracle reads them
-                before = tables(SECRET)
-                async with Ledger.open(url) as ledger:
-                    await ledger.delete("secret")
-                for table in ("events", "search_text", "sessions"):  # the maintenance
-                    await conn.execute(f"VACUUM FULL sessionledger.{table}")
-                await conn.execute("CHECKPOINT")
-            finally:
-                await conn.close()
-            return before, tables(SECRET)
+                await ledger.delete("secret")
+            for table in ("events", "search_text", "sessions"):  # the maintenance
+                await conn.execute(f"VACUUM FULL sessionledger.{table}")
+            await conn.execute("CHECKPOINT")
+        finally:
+            await conn.close()
+        return before, tables(SECRET)
 
-        before, after = asyncio.run(run())
-        assert before, "the oracle must see the text in the tables before the deletion"
-        assert after == {}
-        assert tables(KEPT)
-    finally:
-        server.stop()
+    before, after = asyncio.run(run())
+    assert before, "the oracle must see the text in the tables before the deletion"
+    assert after == {}
+    assert tables(KEPT)
