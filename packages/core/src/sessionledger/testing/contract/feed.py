@@ -16,11 +16,14 @@ import pytest
 
 from sessionledger._errors import QueryError, SessionDeletedError, SessionNotFoundError
 from sessionledger.model._events import SessionEvent
+from sessionledger.model._session import Session
 from sessionledger.storage._feed import FeedItem
+from sessionledger.testing.builders import closed_turn, compact
 from sessionledger.testing.contract.base import (
     BackendFactory,
     ContractBase,
     Tamper,
+    counting_clock,
     header_for,
     make_log,
     same_events,
@@ -73,6 +76,26 @@ class FeedClauses(ContractBase):
         await _nothing_more(feed)
         assert same_events(events, await reader.read_from("fed", 0))
         await feed.aclose()
+
+    @pytest.mark.asyncio
+    async def test_a_compaction_comes_as_an_event_like_any_other(
+        self, backend_factory: BackendFactory
+    ) -> None:
+        session = Session.create("compacted", clock=counting_clock())
+        closed_turn(session, 1)
+        before = len(session.events)
+        closed_turn(session, 2)
+        compact(session)  # a Replace of the surface so far, citing what it shadows
+        closed_turn(session, 3)
+        events = list(session.events)
+        writer = backend_factory()
+        await store_log(writer, "compacted", events[:before])
+        feed = second_writer(backend_factory, writer).follow("compacted")
+        seen = await _take(feed, before)
+        await writer.append("compacted", events[before:])
+        seen += await _take(feed, len(events) - before)
+        assert same_events(events, seen)
+        assert any(event.surface_op not in (None, "append") for event in seen)
 
     @pytest.mark.asyncio
     async def test_a_caller_cancelled_at_any_await_loses_nothing(
