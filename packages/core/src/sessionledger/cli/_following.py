@@ -20,7 +20,7 @@ from sessionledger.cli._preview import event_preview, local_time
 from sessionledger.cli._stores import opened_store
 from sessionledger.model import _jsoncodec as jsoncodec
 from sessionledger.model._events import SessionEvent
-from sessionledger.storage._feed import FeedItem
+from sessionledger.storage._feed import StoreFeed
 
 
 def _line(event: SessionEvent, session_id: str | None = None) -> bytes:
@@ -60,7 +60,7 @@ async def _tail_one(args: argparse.Namespace, events: AsyncIterator[SessionEvent
     return 0
 
 
-async def _tail_all(args: argparse.Namespace, feed: AsyncIterator[FeedItem]) -> int:
+async def _tail_all(args: argparse.Namespace, feed: StoreFeed) -> int:
     try:
         async for session_id, event in feed:
             if args.json:
@@ -75,7 +75,5 @@ async def _tail_all(args: argparse.Namespace, feed: AsyncIterator[FeedItem]) -> 
             else:
                 _write(_line(event, session_id))
     finally:
-        cursor = getattr(feed, "cursor", None)
-        if cursor is not None:
-            print(f"resume with: --after {cursor}", file=sys.stderr, flush=True)
+        print(f"resume with: --after {feed.cursor}", file=sys.stderr, flush=True)
     return 0

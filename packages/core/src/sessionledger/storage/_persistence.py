@@ -38,11 +38,11 @@ from sessionledger.storage._cancellation import uninterrupted
 from sessionledger.storage._catalog import ReindexReport
 from sessionledger.storage._chunks import pack_chunk_runs
 from sessionledger.storage._coldload import ColdLoad
-from sessionledger.storage._committed import scan_log
+from sessionledger.storage._committed import ScannedLog, scan_log
 from sessionledger.storage._feed import LogRead, SessionFeed, StoreFeed
 from sessionledger.storage._limits import batch_bounds, checked_sizes
 from sessionledger.storage._listing import SessionInfo, SessionPage, SessionQuery
-from sessionledger.storage._logstore import Batch, LogStore
+from sessionledger.storage._logstore import Batch, LogStore, RawLog
 from sessionledger.storage._refusals import held_prefix, readable_scan, refusal
 from sessionledger.storage._retention import PrunePlan
 from sessionledger.storage._stored import StoredSession
@@ -380,11 +380,7 @@ class SessionPersistence(ColdLoad):
             raw = await self._store.read_log(session_id, from_seq)
             if raw is None:
                 raise SessionNotFoundError("session not found", session_id=session_id)
-            # Read from its start (every store reads everything for seq 0), a log must
-            # start at seq 0: a lost first record is committed-region damage.
-            # Reading never refuses an unknown type: it is shown as stored.
-            scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
-            return [event for event in scan.events if event.seq >= from_seq]
+            return builtins.list(_scanned_from(session_id, raw, from_seq)[1])
 
     async def read_acknowledged(self, session_id: str, from_seq: int) -> LogRead | None:
         """The log of *session_id* as a live feed reads it: its committed events from
@@ -394,10 +390,7 @@ class SessionPersistence(ColdLoad):
             raw = await self._store.read_durable(session_id, from_seq)
         if raw is None:
             return None
-        scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
-        events = scan.events
-        if from_seq and len(events) and events[0].seq < from_seq:
-            events = [event for event in events if event.seq >= from_seq]
+        scan, events = _scanned_from(session_id, raw, from_seq)
         return LogRead(scan.header, raw.revision, scan.end_seq, events)
 
     def follow(self, session_id: str, *, after: int = -1, wait: bool = True) -> SessionFeed:
@@ -558,3 +551,17 @@ class SessionPersistence(ColdLoad):
         self._closed = True
         self._owners.forget()
         self._store.abandon()
+
+
+def _scanned_from(
+    session_id: str, raw: RawLog, from_seq: int
+) -> tuple[ScannedLog, Sequence[SessionEvent]]:
+    """A log read from *from_seq* (a store may start at the record holding it), scanned,
+    and its events from that seq on. Read from its start (every store reads everything
+    for seq 0), a log must start at seq 0: a lost first record is committed-region
+    damage. Reading never refuses an unknown type: it is shown as stored."""
+    scan = scan_log(session_id, raw, contiguous_from=0 if from_seq == 0 else None)
+    events = scan.events
+    if from_seq and len(events) and events[0].seq < from_seq:
+        return scan, [event for event in events if event.seq >= from_seq]
+    return scan, events
